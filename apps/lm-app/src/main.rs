@@ -1,1 +1,296 @@
-fn main() {}
+//! `lm-app`: run a causal language model (GPT-2 / Llama, HF directory or GGUF file) from the
+//! command line — raw logits, greedy or sampled generation, and a speed benchmark.
+//!
+//! The JSON interfaces of `logits` and `generate --input` are a stable contract used by the
+//! project's checks against the reference Python stack.
+mod bench;
+mod io;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use clap::{Args, Parser, Subcommand};
+use lmrl_models::generation::generate;
+use lmrl_models::sampling::{GenerationConfig, Sampling};
+use lmrl_models::{LmTokenizer, load_causal_lm};
+
+/// Run GPT-2 / Llama causal language models (HF directories or GGUF files) on burn.
+#[derive(Parser, Debug)]
+#[command(name = "lm-app", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Full logits of a right-padded batch (positions 0..S), or class logits of a DistilBERT
+    /// classifier directory (config.json model_type "distilbert").
+    ///
+    /// IN.json: {"input_ids": [[..], ..], "attention_mask": [[..], ..]} (equal-length rows,
+    /// 1 = real token). OUT.json: {"logits": batch × seq × vocab} for a causal LM,
+    /// {"logits": batch × labels} for DistilBERT.
+    Logits {
+        /// HF model directory (config.json + model.safetensors) or a .gguf file.
+        #[arg(long)]
+        model: PathBuf,
+        /// JSON file with `input_ids` and `attention_mask`.
+        #[arg(long)]
+        input: PathBuf,
+        /// Where to write the JSON result.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Generate continuations.
+    ///
+    /// With --input/--out (ids in, ids out): IN.json rows are left-padded prompts
+    /// (`input_ids` + `attention_mask`, the mask marks the real tokens); OUT.json gets
+    /// `new_tokens` and `new_token_logprobs`, batch × max-new-tokens. A row that stops at EOS
+    /// keeps its EOS and is then padded with the pad id (default: the EOS id, else 0) and
+    /// log-prob 0.
+    ///
+    /// With --prompt (text in, text out): the model's own tokenizer (tokenizer.json,
+    /// vocab.json + merges.txt, or the GGUF vocabulary) encodes each prompt and the completions
+    /// are printed, one per prompt.
+    Generate(GenerateArgs),
+    /// Speed benchmark: GPT-2 small (random init, 124M) and optionally --model: tokens/s of
+    /// KV-cached generation (batch 8, 16-token prompts, 32 new tokens, pure sampling) and
+    /// seconds per forward+backward of LM cross-entropy over 8×64 tokens. Prints one JSON line
+    /// per model.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct GenerateArgs {
+    /// HF model directory or a .gguf file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Left-padded prompt ids (JSON: input_ids, attention_mask); requires --out.
+    #[arg(long, conflicts_with = "prompt", requires = "out")]
+    input: Option<PathBuf>,
+    /// Where to write new_tokens / new_token_logprobs (with --input).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A text prompt; repeat for a batch.
+    #[arg(long, required_unless_present = "input")]
+    prompt: Vec<String>,
+    /// Greedy decoding (argmax); otherwise sample with the options below.
+    #[arg(long)]
+    greedy: bool,
+    /// Number of tokens to generate per row (EOS included).
+    #[arg(long, default_value_t = 32)]
+    max_new_tokens: usize,
+    /// Sampling temperature (> 0).
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f32,
+    /// Keep the k most likely tokens; 0 = off.
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Nucleus sampling mass in (0, 1]; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// CTRL repetition penalty (> 0); 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop token; default: the model config's eos_token_id.
+    #[arg(long)]
+    eos_token_id: Option<u32>,
+    /// Never stop early at EOS.
+    #[arg(long, conflicts_with = "eos_token_id")]
+    ignore_eos: bool,
+    /// Pad id for left padding and finished rows; default: the EOS id, else 0.
+    #[arg(long)]
+    pad_token_id: Option<u32>,
+}
+
+/// The one place that maps the compiled-in backend to a device. With several backend features
+/// enabled (e.g. `--features tch` on top of the default `flex`) the accelerated one wins.
+#[cfg(feature = "tch")]
+#[allow(deprecated)] // burn-tch is deprecated upstream but still the fastest CPU backend here
+pub fn select_device() -> Device {
+    Device::libtorch()
+}
+
+/// See the `tch` variant.
+#[cfg(all(feature = "wgpu", not(feature = "tch")))]
+pub fn select_device() -> Device {
+    Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)
+}
+
+/// See the `tch` variant.
+#[cfg(all(feature = "flex", not(any(feature = "tch", feature = "wgpu"))))]
+pub fn select_device() -> Device {
+    Device::flex()
+}
+
+#[cfg(not(any(feature = "flex", feature = "tch", feature = "wgpu")))]
+compile_error!("lm-app needs one backend feature: flex (default), tch or wgpu");
+
+/// Name of the compiled-in backend, for reports.
+pub fn backend_name() -> &'static str {
+    if cfg!(feature = "tch") {
+        "tch"
+    } else if cfg!(feature = "wgpu") {
+        "wgpu"
+    } else {
+        "flex"
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let device = select_device();
+    match cli.command {
+        Command::Logits { model, input, out } => logits(&model, &input, &out, &device),
+        Command::Generate(args) => generate_cmd(&args, &device),
+        Command::Bench(args) => bench::run(&args, &device),
+    }
+}
+
+/// `model_type` of an HF directory's config.json, if there is one.
+fn model_type(model: &Path) -> Result<Option<String>> {
+    let cfg = model.join("config.json");
+    if !model.is_dir() || !cfg.is_file() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg.display()))?;
+    Ok(v.get("model_type")
+        .and_then(|t| t.as_str())
+        .map(str::to_string))
+}
+
+fn int_tensor(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
+    let (b, s) = (rows.len(), rows.first().map_or(0, Vec::len));
+    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
+    Tensor::from_data(TensorData::new(flat, [b, s]), device)
+}
+
+fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()> {
+    let batch = io::read_batch(input)?;
+    if model_type(model)?.as_deref() == Some("distilbert") {
+        let clf = lmrl_rewards::load_distilbert(model, device)
+            .with_context(|| format!("loading DistilBERT classifier {}", model.display()))?;
+        let rows: Vec<Vec<u32>> = batch
+            .input_ids
+            .iter()
+            .map(|r| r.iter().map(|&t| t as u32).collect())
+            .collect();
+        clf.check_inputs(&rows)
+            .with_context(|| format!("checking {}", input.display()))?;
+        let logits = clf.logits(
+            int_tensor(&batch.input_ids, device),
+            int_tensor(&batch.attention_mask, device),
+        );
+        let [b, l] = logits.dims();
+        let flat = io::floats(logits)?;
+        let rows: Vec<&[f32]> = flat.chunks(l.max(1)).take(b).collect();
+        return io::write_json(out, &serde_json::json!({ "logits": rows }));
+    }
+    let lm = load_causal_lm(model, device)
+        .with_context(|| format!("loading model {}", model.display()))?;
+    let config = lm.config();
+    io::check_ids(
+        &batch.input_ids,
+        config.vocab_size(),
+        config.max_positions(),
+    )
+    .with_context(|| format!("checking {}", input.display()))?;
+    let out_t = lm.forward_simple(
+        int_tensor(&batch.input_ids, device),
+        int_tensor(&batch.attention_mask, device),
+    );
+    let [b, s, v] = out_t.logits.dims();
+    let flat = io::floats(out_t.logits)?;
+    let nested: Vec<Vec<&[f32]>> = (0..b)
+        .map(|i| {
+            (0..s)
+                .map(|j| &flat[(i * s + j) * v..(i * s + j + 1) * v])
+                .collect()
+        })
+        .collect();
+    io::write_json(out, &serde_json::json!({ "logits": nested }))
+}
+
+fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationConfig {
+    let eos = if args.ignore_eos {
+        None
+    } else {
+        args.eos_token_id.or(model_eos)
+    };
+    GenerationConfig {
+        sampling: if args.greedy {
+            Sampling::Greedy
+        } else {
+            Sampling::Sample {
+                temperature: args.temperature,
+                top_k: args.top_k,
+                top_p: args.top_p,
+            }
+        },
+        max_new_tokens: args.max_new_tokens,
+        repetition_penalty: args.repetition_penalty,
+        eos_token_id: eos,
+        pad_token_id: args.pad_token_id.or(eos).unwrap_or(0),
+        seed: args.seed,
+    }
+}
+
+fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
+    let lm = load_causal_lm(&args.model, device)
+        .with_context(|| format!("loading model {}", args.model.display()))?;
+    let config = lm.config();
+    if let Some(input) = &args.input {
+        let out = args.out.as_ref().context("--input needs --out")?;
+        let batch = io::read_batch(input)?;
+        io::check_ids(&batch.input_ids, config.vocab_size(), usize::MAX)
+            .with_context(|| format!("checking {}", input.display()))?;
+        let prompts = io::real_tokens(&batch);
+        let cfg = generation_config(args, config.eos_token_id());
+        let g = generate(&lm, &prompts, &cfg, device)
+            .with_context(|| format!("generating from {}", input.display()))?;
+        let n = cfg.max_new_tokens;
+        let mut tokens = Vec::with_capacity(prompts.len());
+        let mut logprobs = Vec::with_capacity(prompts.len());
+        for (t, l) in g.tokens.iter().zip(&g.logprobs) {
+            let mut t = t.clone();
+            let mut l = l.clone();
+            t.resize(n, cfg.pad_token_id);
+            l.resize(n, 0.0);
+            tokens.push(t);
+            logprobs.push(l);
+        }
+        return io::write_json(
+            out,
+            &serde_json::json!({ "new_tokens": tokens, "new_token_logprobs": logprobs }),
+        );
+    }
+    if args.prompt.is_empty() {
+        bail!("give --prompt TEXT (or --input IN.json --out OUT.json)");
+    }
+    let tok = LmTokenizer::load_for_model(&args.model)
+        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    let prompts = args
+        .prompt
+        .iter()
+        .map(|p| {
+            tok.encode(p)
+                .with_context(|| format!("encoding prompt {p:?}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let cfg = generation_config(args, config.eos_token_id().or(tok.eos_token_id()));
+    let g = generate(&lm, &prompts, &cfg, device).context("generating")?;
+    for (prompt, new) in args.prompt.iter().zip(&g.tokens) {
+        let text = tok
+            .decode_skip_special(new)
+            .context("decoding the completion")?;
+        println!("{prompt}{text}");
+    }
+    Ok(())
+}

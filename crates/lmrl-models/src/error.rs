@@ -39,7 +39,9 @@ pub enum ModelError {
         field: String,
         reason: String,
     },
-    #[error("token id {id} at row {row}, position {pos} is out of range for vocabulary size {vocab}")]
+    #[error(
+        "token id {id} at row {row}, position {pos} is out of range for vocabulary size {vocab}"
+    )]
     TokenOutOfRange {
         id: i64,
         row: usize,

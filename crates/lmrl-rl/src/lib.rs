@@ -1,1 +1,12 @@
-//! placeholder
+//! Reinforcement learning for language models on burn: PPO exactly as TRL 0.11 runs it
+//! (`trl.PPOTrainer.step`), and CORY (Ma et al., arXiv 2410.06101), which runs two PPO agents —
+//! pioneer and observer — that cooperate and periodically exchange roles.
+//!
+//! Where every formula lives, and every deliberate deviation from the reference code, is listed
+//! in `docs/algorithms.md`.
+
+pub mod error;
+pub mod ppo;
+pub mod util;
+
+pub use error::{Result, RlError};

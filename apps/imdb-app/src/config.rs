@@ -1,0 +1,184 @@
+//! The run's configuration: embedded defaults, overridden by `--config FILE`, overridden by
+//! flags. The fully resolved value is written to `<out>/config.toml`.
+use serde::{Deserialize, Serialize};
+
+/// Which algorithm trains the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Algo {
+    /// One policy trained with PPO (TRL's `PPOTrainer.step`).
+    Ppo,
+    /// CORY: a pioneer and an observer copy trained on a shared reward, swapping roles.
+    Cory,
+}
+
+/// Everything that decides what a run computes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    pub algo: Algo,
+    /// A Hugging Face directory, a `.gguf` file, or a named asset (`smollm2-135m`).
+    pub model: String,
+    /// `textcat`, `vader`, or `distilbert:DIR`.
+    pub reward: String,
+    /// Review sources: named assets (`imdb-sample`, `pang-lee`) or paths (CSV, JSONL, aclImdb dir).
+    pub data: Vec<String>,
+    /// Reviews with fewer characters are dropped before prompts are made.
+    pub min_review_chars: usize,
+    /// Prompt length in tokens is drawn from U{min..=max}, once per review.
+    pub prompt_tokens_min: usize,
+    pub prompt_tokens_max: usize,
+    /// Response length is drawn from U{min..=max}, once per batch.
+    pub response_tokens_min: usize,
+    pub response_tokens_max: usize,
+    pub iterations: usize,
+    pub batch_size: usize,
+    pub mini_batch_size: usize,
+    pub gradient_accumulation_steps: usize,
+    pub ppo_epochs: usize,
+    pub lr: f64,
+    pub init_kl_coef: f64,
+    /// Target of the adaptive KL controller; `None` keeps β fixed at `init_kl_coef`.
+    pub target_kl: Option<f64>,
+    pub kl_horizon: f64,
+    pub repetition_penalty: f32,
+    /// Normalise scores with running moments (the CORY reference does, its PPO does not).
+    pub score_norm: bool,
+    pub max_grad_norm: Option<f64>,
+    /// CORY: exchange roles every this many iterations.
+    pub swap_period: usize,
+    /// CORY: reset optimiser, KL controller and score normaliser at every swap, as the
+    /// reference code's reload does. Off by default (paper Algorithm 1 swaps weights only).
+    pub reset_state_on_swap: bool,
+    pub seed: u64,
+    pub checkpoint_every: usize,
+    pub samples_every: usize,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            algo: Algo::Cory,
+            model: "smollm2-135m".into(),
+            reward: "textcat".into(),
+            data: vec!["imdb-sample".into(), "pang-lee".into()],
+            min_review_chars: 100,
+            prompt_tokens_min: 2,
+            prompt_tokens_max: 7,
+            response_tokens_min: 4,
+            response_tokens_max: 15,
+            iterations: 12,
+            batch_size: 8,
+            mini_batch_size: 8,
+            gradient_accumulation_steps: 1,
+            ppo_epochs: 4,
+            lr: 1.41e-5,
+            init_kl_coef: 0.3,
+            target_kl: Some(6.0),
+            kl_horizon: 10000.0,
+            repetition_penalty: 1.0,
+            score_norm: true,
+            max_grad_norm: None,
+            swap_period: 5,
+            reset_state_on_swap: false,
+            seed: 0,
+            checkpoint_every: 5,
+            samples_every: 1,
+        }
+    }
+}
+
+/// A setting that contradicts another, or is out of range.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting `{field}`: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl RunConfig {
+    /// Rejects contradictory or meaningless settings before any work starts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |field, reason: String| Err(ConfigError { field, reason });
+        if self.batch_size == 0 {
+            return err("batch_size", "must be at least 1".into());
+        }
+        if self.mini_batch_size == 0 || self.mini_batch_size > self.batch_size {
+            return err(
+                "mini_batch_size",
+                format!("must be in 1..={} (the batch size)", self.batch_size),
+            );
+        }
+        let per_step = self.mini_batch_size * self.gradient_accumulation_steps;
+        if self.gradient_accumulation_steps == 0 || self.batch_size % per_step != 0 {
+            return err(
+                "gradient_accumulation_steps",
+                format!(
+                    "batch_size {} must be a multiple of mini_batch_size × gradient_accumulation_steps = {per_step}",
+                    self.batch_size
+                ),
+            );
+        }
+        if self.algo == Algo::Cory && self.swap_period == 0 {
+            return err("swap_period", "must be at least 1 for CORY".into());
+        }
+        if self.prompt_tokens_min == 0 || self.prompt_tokens_min > self.prompt_tokens_max {
+            return err(
+                "prompt_tokens_min",
+                "need 1 ≤ prompt_tokens_min ≤ prompt_tokens_max".into(),
+            );
+        }
+        if self.response_tokens_min == 0 || self.response_tokens_min > self.response_tokens_max {
+            return err(
+                "response_tokens_min",
+                "need 1 ≤ response_tokens_min ≤ response_tokens_max".into(),
+            );
+        }
+        if self.iterations == 0 || self.ppo_epochs == 0 {
+            return err("iterations", "iterations and ppo_epochs must be ≥ 1".into());
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return err("lr", format!("must be a positive number, got {}", self.lr));
+        }
+        if !(self.init_kl_coef >= 0.0) {
+            return err("init_kl_coef", "must be ≥ 0".into());
+        }
+        if self.data.is_empty() {
+            return err("data", "at least one review source is needed".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_round_trip_through_toml() {
+        let c = RunConfig::default();
+        c.validate().unwrap();
+        let text = toml::to_string_pretty(&c).unwrap();
+        let back: RunConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn contradictions_are_rejected_with_the_field_named() {
+        let c = RunConfig {
+            mini_batch_size: 16,
+            ..RunConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field, "mini_batch_size");
+        let c = RunConfig {
+            swap_period: 0,
+            ..RunConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field, "swap_period");
+    }
+
+    #[test]
+    fn unknown_keys_in_a_config_file_are_errors() {
+        assert!(toml::from_str::<RunConfig>("batchsize = 3").is_err());
+    }
+}

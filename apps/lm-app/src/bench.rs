@@ -1,0 +1,199 @@
+//! `lm-app bench`: the two costs that dominate an RL fine-tuning step — KV-cached batched
+//! generation (the PPO rollout) and forward+backward of the LM loss (the PPO update) — on
+//! GPT-2 small with random weights (124M parameters) and optionally a real checkpoint.
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use clap::Args;
+use lmrl_models::generation::generate;
+use lmrl_models::sampling::{GenerationConfig, Sampling};
+use lmrl_models::{CausalLm, ModelConfig, load_causal_lm};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Also benchmark this model (HF directory or .gguf), e.g. SmolLM2-135M.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Skip the random-init GPT-2 small model.
+    #[arg(long)]
+    skip_gpt2: bool,
+    /// Timed repetitions per measurement (the median is reported), after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Batch size of both measurements.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Prompt length for generation.
+    #[arg(long, default_value_t = 16)]
+    prompt_len: usize,
+    /// New tokens per row.
+    #[arg(long, default_value_t = 32)]
+    new_tokens: usize,
+    /// Sequence length of the forward+backward measurement.
+    #[arg(long, default_value_t = 64)]
+    train_len: usize,
+}
+
+/// GPT-2 small (the hub's `gpt2` config.json, the fields this project reads).
+fn gpt2_small() -> Result<ModelConfig> {
+    let v = serde_json::json!({
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+        "n_inner": null, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+        "bos_token_id": 50256, "eos_token_id": 50256
+    });
+    Ok(ModelConfig::from_hf_json(
+        std::path::Path::new("<gpt2-small>"),
+        &v,
+    )?)
+}
+
+/// Deterministic pseudo-random ids (SplitMix64), so every run benchmarks the same input.
+fn ids(rows: usize, cols: usize, vocab: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut s = seed;
+    let mut next = || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..rows)
+        .map(|_| (0..cols).map(|_| (next() % vocab as u64) as u32).collect())
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs `f` once to warm up, then `reps` times; returns the timings in seconds.
+fn time_reps(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    f()?;
+    (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f()?;
+            Ok(t.elapsed().as_secs_f64())
+        })
+        .collect()
+}
+
+fn int_tensor(rows: &[Vec<u32>], device: &Device) -> Tensor<2, Int> {
+    let (b, s) = (rows.len(), rows[0].len());
+    let flat: Vec<i64> = rows.iter().flatten().map(|&t| t as i64).collect();
+    Tensor::from_data(TensorData::new(flat, [b, s]), device)
+}
+
+/// Next-token cross-entropy of `ids` under `model` (mean over the `B·(S-1)` predictions).
+fn lm_loss(model: &CausalLm, ids: &[Vec<u32>], device: &Device) -> Tensor<1> {
+    let (b, s) = (ids.len(), ids[0].len());
+    let input = int_tensor(ids, device);
+    let mask = Tensor::<2, Int>::ones([b, s], device);
+    let logits = model.forward_simple(input.clone(), mask).logits;
+    let [_, _, v] = logits.dims();
+    let pred = logits.narrow(1, 0, s - 1).reshape([b * (s - 1), v]);
+    let targets = input.narrow(1, 1, s - 1).reshape([b * (s - 1), 1]);
+    log_softmax(pred, 1).gather(1, targets).mean().neg()
+}
+
+fn bench_model(
+    name: &str,
+    infer: &CausalLm,
+    train: &CausalLm,
+    args: &BenchArgs,
+    device: &Device,
+) -> Result<serde_json::Value> {
+    let config = infer.config();
+    let vocab = config.vocab_size();
+    let prompts = ids(args.batch, args.prompt_len, vocab, 1);
+    let cfg = GenerationConfig {
+        sampling: Sampling::pure(),
+        max_new_tokens: args.new_tokens,
+        repetition_penalty: 1.0,
+        eos_token_id: None, // every row generates all tokens
+        pad_token_id: 0,
+        seed: 0,
+    };
+    let gen_secs = time_reps(args.reps, || {
+        generate(infer, &prompts, &cfg, device)?;
+        Ok(())
+    })?;
+
+    let train_ids = ids(args.batch, args.train_len, vocab, 2);
+    let plain_ids = int_tensor(&train_ids, device);
+    let ones = Tensor::<2, Int>::ones([args.batch, args.train_len], device);
+    let fwd_secs = time_reps(args.reps, || {
+        let logits = infer.forward_simple(plain_ids.clone(), ones.clone()).logits;
+        let _ = logits.narrow(1, 0, 1).into_data();
+        Ok(())
+    })?;
+    let ad = device.clone().autodiff();
+    // Sanity: the autodiff copy really trains (every parameter gets a gradient).
+    let grads = lm_loss(train, &train_ids, &ad).backward();
+    let grad_tensors = GradientsParams::from_grads(grads, train).len();
+    anyhow::ensure!(
+        grad_tensors > 0,
+        "forward+backward produced no parameter gradients"
+    );
+    let fwd_bwd_secs = time_reps(args.reps, || {
+        let loss = lm_loss(train, &train_ids, &ad);
+        let grads = loss.backward();
+        drop(grads);
+        device
+            .sync()
+            .map_err(|e| anyhow::anyhow!("device sync: {e:?}"))?;
+        Ok(())
+    })?;
+    let gen_med = median(gen_secs.clone());
+    Ok(serde_json::json!({
+        "model": name,
+        "backend": crate::backend_name(),
+        "params": infer.num_params(),
+        "batch": args.batch,
+        "generation": {
+            "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+            "secs_median": gen_med,
+            "tokens_per_s": (args.batch * args.new_tokens) as f64 / gen_med,
+            "secs": gen_secs,
+        },
+        "forward_no_grad": { "seq_len": args.train_len, "secs_median": median(fwd_secs.clone()), "secs": fwd_secs },
+        "grad_tensors": grad_tensors,
+        "forward_backward": { "seq_len": args.train_len, "secs_median": median(fwd_bwd_secs.clone()), "secs": fwd_bwd_secs },
+    }))
+}
+
+pub fn run(args: &BenchArgs, device: &Device) -> Result<()> {
+    let ad = device.clone().autodiff();
+    if !args.skip_gpt2 {
+        let cfg = gpt2_small()?;
+        let infer = CausalLm::init(&cfg, device);
+        // the same weights on the autodiff device
+        let train = infer.clone().fork(&ad);
+        let r = bench_model("gpt2-small-random", &infer, &train, args, device)?;
+        println!("{r}");
+    }
+    if let Some(path) = &args.model {
+        let infer = load_causal_lm(path, device)
+            .with_context(|| format!("loading model {}", path.display()))?;
+        let train = infer.clone().fork(&ad);
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let r = bench_model(&name, &infer, &train, args, device)?;
+        println!("{r}");
+    }
+    Ok(())
+}

@@ -1,0 +1,386 @@
+//! Model hyper-parameters, read from and written to Hugging Face `config.json`.
+//!
+//! Parsing is done field by field (rather than through `serde_json::from_value`) so that every
+//! error names the exact `config.json` field that is missing or malformed. Unknown fields are
+//! ignored, as `transformers` does.
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::error::{ModelError, Result};
+
+/// GPT-2 hyper-parameters (`transformers.GPT2Config`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpt2Config {
+    pub vocab_size: usize,
+    /// Context length: rows of the learned position table `wpe`.
+    pub n_positions: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    /// Width of the MLP; `None` means `4 * n_embd`.
+    pub n_inner: Option<usize>,
+    pub layer_norm_epsilon: f64,
+    /// `gelu_new` (tanh approximation, GPT-2's own) or `gelu` (exact erf form).
+    pub activation_function: String,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<u32>,
+}
+
+impl Gpt2Config {
+    /// MLP width (`n_inner` or `4 * n_embd`).
+    pub fn inner_dim(&self) -> usize {
+        self.n_inner.unwrap_or(4 * self.n_embd)
+    }
+
+    /// Per-head width `n_embd / n_head`.
+    pub fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
+    }
+}
+
+/// Llama hyper-parameters (`transformers.LlamaConfig`), also used for GGUF Llama models.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlamaConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// Key/value heads: equal to `num_attention_heads` for multi-head attention, fewer for
+    /// grouped-query attention, 1 for multi-query attention.
+    pub num_key_value_heads: usize,
+    /// Per-head width; `None` means `hidden_size / num_attention_heads`.
+    pub head_dim: Option<usize>,
+    pub rms_norm_eps: f64,
+    /// RoPE base θ: inverse frequencies are `θ^(-2i/head_dim)`.
+    pub rope_theta: f64,
+    pub max_position_embeddings: usize,
+    /// Whether `lm_head` shares the token embedding matrix.
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<u32>,
+}
+
+impl LlamaConfig {
+    /// Per-head width (`head_dim` or `hidden_size / num_attention_heads`).
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+}
+
+/// The architectures this crate can run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ModelConfig {
+    Gpt2(Gpt2Config),
+    Llama(LlamaConfig),
+}
+
+impl ModelConfig {
+    /// Parses an HF `config.json` value; errors name `path` and the offending field.
+    ///
+    /// The architecture comes from `model_type` (or, failing that, `architectures[0]`);
+    /// anything other than GPT-2 or Llama is a [`ModelError::Config`] on `model_type`.
+    pub fn from_hf_json(path: &Path, v: &Value) -> Result<Self> {
+        let f = Fields { path, v };
+        let obj = v
+            .as_object()
+            .ok_or_else(|| f.err("<root>", "not a JSON object"))?;
+        match model_kind(&f, obj)? {
+            Kind::Gpt2 => parse_gpt2(&f).map(Self::Gpt2),
+            Kind::Llama => parse_llama(&f).map(Self::Llama),
+        }
+    }
+
+    /// Reads and parses a `config.json` file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| ModelError::Format {
+            path: path.to_path_buf(),
+            format: "JSON",
+            reason: e.to_string(),
+        })?;
+        Self::from_hf_json(path, &v)
+    }
+
+    /// The HF `config.json` that `transformers` would write for this model.
+    pub fn to_hf_json(&self) -> Value {
+        match self {
+            Self::Gpt2(c) => json!({
+                "architectures": ["GPT2LMHeadModel"],
+                "model_type": "gpt2",
+                "vocab_size": c.vocab_size,
+                "n_positions": c.n_positions,
+                "n_ctx": c.n_positions,
+                "n_embd": c.n_embd,
+                "n_layer": c.n_layer,
+                "n_head": c.n_head,
+                "n_inner": c.n_inner,
+                "layer_norm_epsilon": c.layer_norm_epsilon,
+                "activation_function": c.activation_function,
+                "bos_token_id": c.bos_token_id,
+                "eos_token_id": c.eos_token_id,
+                "tie_word_embeddings": true,
+                "torch_dtype": "float32",
+            }),
+            Self::Llama(c) => json!({
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": c.vocab_size,
+                "hidden_size": c.hidden_size,
+                "intermediate_size": c.intermediate_size,
+                "num_hidden_layers": c.num_hidden_layers,
+                "num_attention_heads": c.num_attention_heads,
+                "num_key_value_heads": c.num_key_value_heads,
+                "head_dim": c.head_dim(),
+                "hidden_act": "silu",
+                "rms_norm_eps": c.rms_norm_eps,
+                "rope_theta": c.rope_theta,
+                "rope_scaling": null,
+                "max_position_embeddings": c.max_position_embeddings,
+                "tie_word_embeddings": c.tie_word_embeddings,
+                "attention_bias": false,
+                "mlp_bias": false,
+                "bos_token_id": c.bos_token_id,
+                "eos_token_id": c.eos_token_id,
+                "torch_dtype": "float32",
+            }),
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Gpt2(c) => c.vocab_size,
+            Self::Llama(c) => c.vocab_size,
+        }
+    }
+
+    /// Width of the residual stream (`n_embd` / `hidden_size`): the value head's input size.
+    pub fn hidden_size(&self) -> usize {
+        match self {
+            Self::Gpt2(c) => c.n_embd,
+            Self::Llama(c) => c.hidden_size,
+        }
+    }
+
+    /// Longest sequence (past + new tokens) the model accepts.
+    pub fn max_positions(&self) -> usize {
+        match self {
+            Self::Gpt2(c) => c.n_positions,
+            Self::Llama(c) => c.max_position_embeddings,
+        }
+    }
+
+    pub fn eos_token_id(&self) -> Option<u32> {
+        match self {
+            Self::Gpt2(c) => c.eos_token_id,
+            Self::Llama(c) => c.eos_token_id,
+        }
+    }
+
+    pub fn bos_token_id(&self) -> Option<u32> {
+        match self {
+            Self::Gpt2(c) => c.bos_token_id,
+            Self::Llama(c) => c.bos_token_id,
+        }
+    }
+
+    pub fn num_layers(&self) -> usize {
+        match self {
+            Self::Gpt2(c) => c.n_layer,
+            Self::Llama(c) => c.num_hidden_layers,
+        }
+    }
+}
+
+enum Kind {
+    Gpt2,
+    Llama,
+}
+
+/// Picks the architecture from `model_type`, else from `architectures[0]`.
+fn model_kind(f: &Fields, obj: &Map<String, Value>) -> Result<Kind> {
+    if let Some(mt) = obj.get("model_type").and_then(Value::as_str) {
+        return match mt {
+            "gpt2" => Ok(Kind::Gpt2),
+            "llama" => Ok(Kind::Llama),
+            other => Err(f.err("model_type", &format!("unsupported architecture `{other}`"))),
+        };
+    }
+    let arch = obj
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str);
+    match arch {
+        Some("GPT2LMHeadModel") | Some("GPT2Model") => Ok(Kind::Gpt2),
+        Some("LlamaForCausalLM") | Some("LlamaModel") => Ok(Kind::Llama),
+        Some(other) => Err(f.err("model_type", &format!("unsupported architecture `{other}`"))),
+        None => Err(f.err("model_type", "missing (and no `architectures` entry)")),
+    }
+}
+
+fn parse_gpt2(f: &Fields) -> Result<Gpt2Config> {
+    let c = Gpt2Config {
+        vocab_size: f.usize("vocab_size")?,
+        n_positions: f.usize_or("n_positions", 1024)?,
+        n_embd: f.usize("n_embd")?,
+        n_layer: f.usize("n_layer")?,
+        n_head: f.usize("n_head")?,
+        n_inner: f.opt_usize("n_inner")?,
+        layer_norm_epsilon: f.f64_or("layer_norm_epsilon", 1e-5)?,
+        activation_function: f.str_or("activation_function", "gelu_new")?,
+        bos_token_id: f.token_id("bos_token_id")?,
+        eos_token_id: f.token_id("eos_token_id")?,
+    };
+    if c.n_head == 0 || !c.n_embd.is_multiple_of(c.n_head) {
+        return Err(f.err("n_head", "must divide n_embd"));
+    }
+    if crate::gpt2::Activation::from_hf(&c.activation_function).is_none() {
+        return Err(f.err(
+            "activation_function",
+            "only gelu_new/gelu/gelu_pytorch_tanh/gelu_fast",
+        ));
+    }
+    Ok(c)
+}
+
+fn parse_llama(f: &Fields) -> Result<LlamaConfig> {
+    let heads = f.usize("num_attention_heads")?;
+    let c = LlamaConfig {
+        vocab_size: f.usize("vocab_size")?,
+        hidden_size: f.usize("hidden_size")?,
+        intermediate_size: f.usize("intermediate_size")?,
+        num_hidden_layers: f.usize("num_hidden_layers")?,
+        num_attention_heads: heads,
+        num_key_value_heads: f.usize_or("num_key_value_heads", heads)?,
+        head_dim: f.opt_usize("head_dim")?,
+        rms_norm_eps: f.f64_or("rms_norm_eps", 1e-6)?,
+        rope_theta: f.f64_or("rope_theta", 10000.0)?,
+        max_position_embeddings: f.usize_or("max_position_embeddings", 2048)?,
+        tie_word_embeddings: f.bool_or("tie_word_embeddings", false)?,
+        bos_token_id: f.token_id("bos_token_id")?,
+        eos_token_id: f.token_id("eos_token_id")?,
+    };
+    check_llama(f, &c)?;
+    Ok(c)
+}
+
+/// Rejects Llama variants this implementation would compute wrongly.
+fn check_llama(f: &Fields, c: &LlamaConfig) -> Result<()> {
+    let kv = c.num_key_value_heads;
+    if c.num_attention_heads == 0 || kv == 0 || !c.num_attention_heads.is_multiple_of(kv) {
+        return Err(f.err("num_key_value_heads", "must divide num_attention_heads"));
+    }
+    if c.head_dim.is_none() && !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+        return Err(f.err("num_attention_heads", "must divide hidden_size"));
+    }
+    if !c.head_dim().is_multiple_of(2) {
+        return Err(f.err("head_dim", "RoPE needs an even head dimension"));
+    }
+    let act = f.str_or("hidden_act", "silu")?;
+    if act != "silu" {
+        return Err(f.err(
+            "hidden_act",
+            &format!("`{act}` is not supported (only silu)"),
+        ));
+    }
+    if !f.v.get("rope_scaling").is_none_or(Value::is_null) {
+        return Err(f.err("rope_scaling", "RoPE scaling is not supported"));
+    }
+    for field in ["attention_bias", "mlp_bias"] {
+        if f.bool_or(field, false)? {
+            return Err(f.err(field, "biased projections are not supported"));
+        }
+    }
+    Ok(())
+}
+
+/// Typed access to the fields of one `config.json`, with errors naming file and field.
+struct Fields<'a> {
+    path: &'a Path,
+    v: &'a Value,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, reason: &str) -> ModelError {
+        ModelError::Config {
+            path: self.path.to_path_buf(),
+            field: field.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The field's value, `None` when absent or `null`.
+    fn get(&self, field: &str) -> Option<&Value> {
+        self.v.get(field).filter(|x| !x.is_null())
+    }
+
+    fn opt_usize(&self, field: &str) -> Result<Option<usize>> {
+        self.get(field)
+            .map(|x| {
+                x.as_u64()
+                    .map(|n| n as usize)
+                    .ok_or_else(|| self.err(field, "expected a non-negative integer"))
+            })
+            .transpose()
+    }
+
+    fn usize(&self, field: &str) -> Result<usize> {
+        self.opt_usize(field)?
+            .ok_or_else(|| self.err(field, "missing"))
+    }
+
+    fn usize_or(&self, field: &str, default: usize) -> Result<usize> {
+        Ok(self.opt_usize(field)?.unwrap_or(default))
+    }
+
+    fn f64_or(&self, field: &str, default: f64) -> Result<f64> {
+        match self.get(field) {
+            None => Ok(default),
+            Some(x) => x
+                .as_f64()
+                .ok_or_else(|| self.err(field, "expected a number")),
+        }
+    }
+
+    fn bool_or(&self, field: &str, default: bool) -> Result<bool> {
+        match self.get(field) {
+            None => Ok(default),
+            Some(x) => x
+                .as_bool()
+                .ok_or_else(|| self.err(field, "expected a boolean")),
+        }
+    }
+
+    fn str_or(&self, field: &str, default: &str) -> Result<String> {
+        match self.get(field) {
+            None => Ok(default.to_string()),
+            Some(x) => x
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| self.err(field, "expected a string")),
+        }
+    }
+
+    /// A token id; HF also allows a list (e.g. several EOS ids), of which the first is kept.
+    fn token_id(&self, field: &str) -> Result<Option<u32>> {
+        let x = match self.get(field) {
+            None => return Ok(None),
+            Some(Value::Array(a)) => match a.first() {
+                None => return Ok(None),
+                Some(first) => first,
+            },
+            Some(x) => x,
+        };
+        x.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| self.err(field, "expected a token id"))
+    }
+}

@@ -1,0 +1,195 @@
+//! Batched autoregressive generation with a KV cache, as Hugging Face `generate` does it for a
+//! decoder-only model (the rollout step of PPO: TRL `PPOTrainer.generate` / `_generate_batched`).
+//!
+//! Prompts of different lengths are left-padded so that every row's next token sits in the same
+//! last column; the attention mask hides the pads and the position ids are
+//! `cumsum(mask) - 1` (pads clamped to 0), so a padded row sees exactly the positions it would
+//! see alone. One prefill pass fills the cache, then each step feeds one token per row. A row
+//! that produced EOS is finished: later steps feed it the pad id with mask 0 and record nothing.
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::cache::KvCache;
+use crate::error::{ModelError, Result};
+use crate::model::CausalLm;
+use crate::sampling::{GenerationConfig, TokenChooser, presence_mask, process_logits};
+
+/// What [`generate`] produced for a batch of prompts.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Per row, the new tokens, cut after the first EOS (the EOS kept).
+    pub tokens: Vec<Vec<u32>>,
+    /// Per row, `log π(token)` under the distribution the token was chosen from: the processed
+    /// logits of [`crate::sampling::process_logits`] (greedy without penalty: the raw logits'
+    /// `log_softmax`, which is what HF's `output_scores` gives for greedy decoding).
+    pub logprobs: Vec<Vec<f32>>,
+    /// `[B, N]` new tokens right-padded with the pad id, `N` = the longest row.
+    pub padded: Tensor<2, Int>,
+    /// `[B, N]` 1 where `padded` holds a generated token (EOS included), else 0.
+    pub mask: Tensor<2, Int>,
+}
+
+/// Checks prompts against the model (non-empty, ids in the vocabulary, room in the context) and
+/// returns the longest prompt length.
+pub fn validate_prompts(
+    prompts: &[Vec<u32>],
+    vocab: usize,
+    max_positions: usize,
+    max_new_tokens: usize,
+) -> Result<usize> {
+    if prompts.is_empty() {
+        return Err(ModelError::Input("no prompts to generate from".into()));
+    }
+    for (row, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(ModelError::Input(format!(
+                "prompt {row} is empty (generation needs at least one token to condition on)"
+            )));
+        }
+        if let Some((pos, &id)) = p.iter().enumerate().find(|(_, id)| **id as usize >= vocab) {
+            return Err(ModelError::TokenOutOfRange {
+                id: id as i64,
+                row,
+                pos,
+                vocab,
+            });
+        }
+    }
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    if longest + max_new_tokens > max_positions {
+        return Err(ModelError::ContextTooLong {
+            len: longest + max_new_tokens,
+            max: max_positions,
+        });
+    }
+    Ok(longest)
+}
+
+/// Left-padded `[B, L]` ids, attention mask and position ids (`cumsum(mask) - 1`, pads at 0),
+/// as HF `prepare_inputs_for_generation` builds them.
+pub fn left_pad(
+    prompts: &[Vec<u32>],
+    pad_token_id: u32,
+    device: &Device,
+) -> (Tensor<2, Int>, Tensor<2, Int>, Tensor<2, Int>) {
+    let b = prompts.len();
+    let l = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut ids = vec![pad_token_id as i64; b * l];
+    let mut mask = vec![0i64; b * l];
+    let mut pos = vec![0i64; b * l];
+    for (r, p) in prompts.iter().enumerate() {
+        let offset = l - p.len();
+        for (i, &t) in p.iter().enumerate() {
+            ids[r * l + offset + i] = t as i64;
+            mask[r * l + offset + i] = 1;
+            pos[r * l + offset + i] = i as i64;
+        }
+    }
+    let make = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [b, l]), device);
+    (make(ids), make(mask), make(pos))
+}
+
+/// Generates up to `cfg.max_new_tokens` tokens after each prompt.
+///
+/// Runs without gradient tracking (`model.valid()` on the device without autodiff), with the KV
+/// cache. Reproducible: the same model, prompts and `cfg` (seed included) give the same tokens;
+/// the RNG draws one uniform per row per step whether or not the row is finished, so a row's
+/// samples do not depend on when the other rows stop.
+///
+/// The repetition penalty counts each row's real prompt tokens and its generated tokens (HF
+/// would also count the left-padding ids of shorter prompts, which makes the result depend on
+/// the batch; we do not).
+///
+/// Errors: no prompts, an empty prompt, an id ≥ vocabulary size (also for the pad id), longest
+/// prompt + `max_new_tokens` > the model's positions, `max_new_tokens` = 0, invalid sampling
+/// numbers.
+pub fn generate(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    cfg: &GenerationConfig,
+    device: &Device,
+) -> Result<Generation> {
+    cfg.validate()?;
+    if cfg.max_new_tokens == 0 {
+        return Err(ModelError::Input(
+            "max_new_tokens must be at least 1".into(),
+        ));
+    }
+    let config = model.config();
+    let vocab = config.vocab_size();
+    validate_prompts(prompts, vocab, config.max_positions(), cfg.max_new_tokens)?;
+    if cfg.pad_token_id as usize >= vocab {
+        return Err(ModelError::Input(format!(
+            "pad token id {} is outside the vocabulary of size {vocab}",
+            cfg.pad_token_id
+        )));
+    }
+    let device = device.clone().without_autodiff();
+    let model = model.valid();
+    let b = prompts.len();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+
+    let (ids, mut mask, pos) = left_pad(prompts, cfg.pad_token_id, &device);
+    let mut cache = KvCache::new(model.num_layers());
+    let out = model.forward(ids, pos, mask.clone(), Some(&mut cache));
+    let mut last: Tensor<2> = out.logits.narrow(1, longest - 1, 1).reshape([b, vocab]);
+
+    let penalise = cfg.repetition_penalty != 1.0;
+    let mut history: Vec<Vec<u32>> = prompts.to_vec();
+    let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
+    let mut finished = vec![false; b];
+    let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); b];
+    let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); b];
+    let mut chooser = TokenChooser::new(cfg);
+
+    for step in 0..cfg.max_new_tokens {
+        let seen = penalise.then(|| presence_mask(&history, vocab, &device));
+        let choice = chooser.choose(process_logits(last, seen, cfg))?;
+        let mut feed = vec![cfg.pad_token_id as i64; b];
+        let mut feed_mask = vec![0i64; b];
+        for r in 0..b {
+            if finished[r] {
+                continue;
+            }
+            let t = choice.tokens[r];
+            tokens[r].push(t);
+            logprobs[r].push(choice.logprobs[r]);
+            history[r].push(t);
+            if cfg.eos_token_id == Some(t) {
+                finished[r] = true;
+            } else {
+                feed[r] = t as i64;
+                feed_mask[r] = 1;
+            }
+        }
+        if step + 1 == cfg.max_new_tokens || finished.iter().all(|&f| f) {
+            break;
+        }
+        let step_ids = Tensor::<2, Int>::from_data(TensorData::new(feed, [b, 1]), &device);
+        let step_pos =
+            Tensor::<2, Int>::from_data(TensorData::new(next_pos.clone(), [b, 1]), &device);
+        for (r, p) in next_pos.iter_mut().enumerate() {
+            *p += feed_mask[r];
+        }
+        let col = Tensor::<2, Int>::from_data(TensorData::new(feed_mask, [b, 1]), &device);
+        mask = Tensor::cat(vec![mask, col], 1);
+        let out = model.forward(step_ids, step_pos, mask.clone(), Some(&mut cache));
+        last = out.logits.reshape([b, vocab]);
+    }
+
+    let width = tokens.iter().map(Vec::len).max().unwrap_or(0);
+    let mut padded = vec![cfg.pad_token_id as i64; b * width];
+    let mut out_mask = vec![0i64; b * width];
+    for (r, row) in tokens.iter().enumerate() {
+        for (i, &t) in row.iter().enumerate() {
+            padded[r * width + i] = t as i64;
+            out_mask[r * width + i] = 1;
+        }
+    }
+    Ok(Generation {
+        tokens,
+        logprobs,
+        padded: Tensor::from_data(TensorData::new(padded, [b, width]), &device),
+        mask: Tensor::from_data(TensorData::new(out_mask, [b, width]), &device),
+    })
+}

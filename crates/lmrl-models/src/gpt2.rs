@@ -1,0 +1,264 @@
+//! GPT-2 (HF `GPT2LMHeadModel`), with fields named as in the HF checkpoint.
+//!
+//! HF GPT-2 uses `Conv1D`, whose weights are stored `[in, out]` — burn's `Linear` layout — so
+//! checkpoint weights load without a transpose. The LM head is tied to `wte`.
+use burn::module::Module;
+use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
+use burn::tensor::activation::{gelu, gelu_approximate};
+use burn::tensor::module::linear;
+use burn::tensor::{Device, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::attention::{attend, split_heads};
+use crate::cache::KvCache;
+use crate::config::Gpt2Config;
+use crate::error::Result;
+use crate::model::{self, LmOutput, raw};
+use crate::tensors::{RawTensor, TensorMap};
+
+/// The MLP non-linearity (`activation_function`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Activation {
+    /// `gelu_new` / `gelu_pytorch_tanh` / `gelu_fast`: `0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))`.
+    GeluTanh,
+    /// `gelu`: `x·Φ(x)` with the exact erf.
+    GeluErf,
+}
+
+impl Activation {
+    /// Maps an HF `activation_function` name; `None` if unsupported.
+    pub fn from_hf(name: &str) -> Option<Self> {
+        match name {
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Some(Self::GeluTanh),
+            "gelu" => Some(Self::GeluErf),
+            _ => None,
+        }
+    }
+
+    fn apply(self, x: Tensor<3>) -> Tensor<3> {
+        match self {
+            Self::GeluTanh => gelu_approximate(x),
+            Self::GeluErf => gelu(x),
+        }
+    }
+}
+
+/// HF `GPT2Attention`: fused QKV projection `c_attn` and output projection `c_proj`.
+#[derive(Module, Debug)]
+pub struct Gpt2Attention {
+    pub c_attn: Linear,
+    pub c_proj: Linear,
+    pub n_head: usize,
+}
+
+/// HF `GPT2MLP`: `c_proj(act(c_fc(x)))`.
+#[derive(Module, Debug)]
+pub struct Gpt2Mlp {
+    pub c_fc: Linear,
+    pub c_proj: Linear,
+    #[module(skip)]
+    pub act: Activation,
+}
+
+/// HF `GPT2Block` (pre-norm residual block).
+#[derive(Module, Debug)]
+pub struct Gpt2Block {
+    pub ln_1: LayerNorm,
+    pub attn: Gpt2Attention,
+    pub ln_2: LayerNorm,
+    pub mlp: Gpt2Mlp,
+}
+
+/// HF `GPT2LMHeadModel` (the `transformer.` level is flattened into this struct).
+#[derive(Module, Debug)]
+pub struct Gpt2LmHeadModel {
+    /// Token embeddings `[V, H]`, also the (tied) LM head.
+    pub wte: Embedding,
+    /// Learned position embeddings `[n_positions, H]`.
+    pub wpe: Embedding,
+    pub h: Vec<Gpt2Block>,
+    pub ln_f: LayerNorm,
+    #[module(skip)]
+    pub config: Gpt2Config,
+}
+
+impl Gpt2Attention {
+    fn forward(
+        &self,
+        x: Tensor<3>,
+        bias: Tensor<4>,
+        layer: usize,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor<3> {
+        let [_, _, e] = x.dims();
+        let mut qkv = self.c_attn.forward(x).split(e, 2).into_iter();
+        let mut next = || split_heads(qkv.next().expect("c_attn gives q, k, v"), self.n_head);
+        let (q, mut k, mut v) = (next(), next(), next());
+        if let Some(c) = cache {
+            (k, v) = c.append(layer, k, v);
+        }
+        self.c_proj.forward(attend(q, k, v, bias))
+    }
+}
+
+impl Gpt2Block {
+    fn forward(
+        &self,
+        x: Tensor<3>,
+        bias: Tensor<4>,
+        layer: usize,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor<3> {
+        let a = self
+            .attn
+            .forward(self.ln_1.forward(x.clone()), bias, layer, cache);
+        let x = x + a;
+        let m = self.mlp.c_fc.forward(self.ln_2.forward(x.clone()));
+        x + self.mlp.c_proj.forward(self.mlp.act.apply(m))
+    }
+}
+
+impl Gpt2LmHeadModel {
+    /// Random initialisation (N(0, 0.02) weights as HF; LayerNorms at identity).
+    pub fn init(c: &Gpt2Config, device: &Device) -> Self {
+        let (e, inner) = (c.n_embd, c.inner_dim());
+        let ln = || {
+            LayerNormConfig::new(e)
+                .with_epsilon(c.layer_norm_epsilon)
+                .init(device)
+        };
+        let act = Activation::from_hf(&c.activation_function).unwrap_or(Activation::GeluTanh);
+        let block = |_| Gpt2Block {
+            ln_1: ln(),
+            attn: Gpt2Attention {
+                c_attn: model::linear_init(e, 3 * e, true, device),
+                c_proj: model::linear_init(e, e, true, device),
+                n_head: c.n_head,
+            },
+            ln_2: ln(),
+            mlp: Gpt2Mlp {
+                c_fc: model::linear_init(e, inner, true, device),
+                c_proj: model::linear_init(inner, e, true, device),
+                act,
+            },
+        };
+        Self {
+            wte: Embedding {
+                weight: model::normal_param([c.vocab_size, e], device),
+            },
+            wpe: Embedding {
+                weight: model::normal_param([c.n_positions, e], device),
+            },
+            h: (0..c.n_layer).map(block).collect(),
+            ln_f: ln(),
+            config: c.clone(),
+        }
+    }
+
+    /// Builds the model from HF tensors, with or without the `transformer.` prefix.
+    ///
+    /// `h.N.attn.bias` / `masked_bias` buffers and the tied `lm_head.weight` are not needed.
+    pub fn from_tensors(c: &Gpt2Config, t: &mut TensorMap, device: &Device) -> Result<Self> {
+        t.strip_prefix("transformer.");
+        let (e, inner, eps) = (c.n_embd, c.inner_dim(), c.layer_norm_epsilon);
+        let act = Activation::from_hf(&c.activation_function).unwrap_or(Activation::GeluTanh);
+        let ln = |t: &mut TensorMap, p: &str| -> Result<LayerNorm> {
+            let g = t.take(&format!("{p}.weight"), &[e])?;
+            let b = t.take(&format!("{p}.bias"), &[e])?;
+            Ok(model::layer_norm(g, b, eps, device))
+        };
+        let wte = model::embedding(t.take("wte.weight", &[c.vocab_size, e])?, device);
+        let wpe = model::embedding(t.take("wpe.weight", &[c.n_positions, e])?, device);
+        let mut h = Vec::with_capacity(c.n_layer);
+        for i in 0..c.n_layer {
+            let p = format!("h.{i}");
+            h.push(Gpt2Block {
+                ln_1: ln(t, &format!("{p}.ln_1"))?,
+                attn: Gpt2Attention {
+                    c_attn: conv1d(t, &format!("{p}.attn.c_attn"), e, 3 * e, device)?,
+                    c_proj: conv1d(t, &format!("{p}.attn.c_proj"), e, e, device)?,
+                    n_head: c.n_head,
+                },
+                ln_2: ln(t, &format!("{p}.ln_2"))?,
+                mlp: Gpt2Mlp {
+                    c_fc: conv1d(t, &format!("{p}.mlp.c_fc"), e, inner, device)?,
+                    c_proj: conv1d(t, &format!("{p}.mlp.c_proj"), inner, e, device)?,
+                    act,
+                },
+            });
+        }
+        let ln_f = ln(t, "ln_f")?;
+        Ok(Self {
+            wte,
+            wpe,
+            h,
+            ln_f,
+            config: c.clone(),
+        })
+    }
+
+    /// Logits and final hidden state; `bias` is the `[B, 1, S, T]` attention bias.
+    pub fn forward(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        bias: Tensor<4>,
+        mut cache: Option<&mut KvCache>,
+    ) -> LmOutput {
+        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
+        for (i, block) in self.h.iter().enumerate() {
+            x = block.forward(x, bias.clone(), i, cache.as_deref_mut());
+        }
+        let hidden = self.ln_f.forward(x);
+        // Tied head: logits = hidden · wteᵀ (a strided view, no copy of the embedding).
+        let logits = linear(hidden.clone(), self.wte.weight.val().transpose(), None);
+        LmOutput { logits, hidden }
+    }
+
+    /// Tensors under HF's `GPT2LMHeadModel.save_pretrained` names (`transformer.` prefix,
+    /// Conv1D `[in, out]` weights, no `lm_head.weight` since it is tied).
+    pub fn hf_tensors(&self) -> Vec<(String, RawTensor)> {
+        let mut out = vec![
+            ("wte.weight".to_string(), raw(self.wte.weight.val())),
+            ("wpe.weight".to_string(), raw(self.wpe.weight.val())),
+        ];
+        let push_ln = |out: &mut Vec<_>, p: String, ln: &LayerNorm| {
+            out.push((format!("{p}.weight"), raw(ln.gamma.val())));
+            if let Some(b) = &ln.beta {
+                out.push((format!("{p}.bias"), raw(b.val())));
+            }
+        };
+        for (i, b) in self.h.iter().enumerate() {
+            push_ln(&mut out, format!("h.{i}.ln_1"), &b.ln_1);
+            push_ln(&mut out, format!("h.{i}.ln_2"), &b.ln_2);
+            push_linear(&mut out, format!("h.{i}.attn.c_attn"), &b.attn.c_attn);
+            push_linear(&mut out, format!("h.{i}.attn.c_proj"), &b.attn.c_proj);
+            push_linear(&mut out, format!("h.{i}.mlp.c_fc"), &b.mlp.c_fc);
+            push_linear(&mut out, format!("h.{i}.mlp.c_proj"), &b.mlp.c_proj);
+        }
+        push_ln(&mut out, "ln_f".to_string(), &self.ln_f);
+        out.into_iter()
+            .map(|(k, v)| (format!("transformer.{k}"), v))
+            .collect()
+    }
+}
+
+/// A `Conv1D` (`[in, out]` weight + bias) as a burn `Linear`, no transpose needed.
+fn conv1d(
+    t: &mut TensorMap,
+    p: &str,
+    d_in: usize,
+    d_out: usize,
+    device: &Device,
+) -> Result<Linear> {
+    let w = t.take(&format!("{p}.weight"), &[d_in, d_out])?;
+    let b = t.take(&format!("{p}.bias"), &[d_out])?;
+    Ok(model::linear(w, Some(b), device))
+}
+
+fn push_linear(out: &mut Vec<(String, RawTensor)>, p: String, l: &Linear) {
+    out.push((format!("{p}.weight"), raw(l.weight.val())));
+    if let Some(b) = &l.bias {
+        out.push((format!("{p}.bias"), raw(b.val())));
+    }
+}

@@ -1,0 +1,165 @@
+//! Loading and saving models in Hugging Face layout (and GGUF, through `gguf.rs`).
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::gpt2::Gpt2LmHeadModel;
+use crate::llama::LlamaForCausalLm;
+use crate::model::CausalLm;
+use crate::tensors::{RawTensor, TensorMap};
+
+/// Weights file of an HF checkpoint directory.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+/// Index of a sharded HF checkpoint (`weight_map`: tensor name → shard file).
+pub const WEIGHTS_INDEX_FILE: &str = "model.safetensors.index.json";
+pub const CONFIG_FILE: &str = "config.json";
+
+/// Loads a causal LM from an HF directory (`config.json` + `model.safetensors`, or a sharded
+/// `model.safetensors.index.json`) or from a `.gguf` file.
+pub fn load_causal_lm(path: &Path, device: &Device) -> Result<CausalLm> {
+    if is_gguf(path) {
+        return load_gguf(path, device);
+    }
+    let config = ModelConfig::from_file(&path.join(CONFIG_FILE))?;
+    let tensors = read_weights(path)?;
+    causal_lm_from_tensors(&config, tensors, device)
+}
+
+fn is_gguf(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+/// GGUF branch: `gguf.rs` (helper M3) turns the file into an HF config and HF-named tensors.
+fn load_gguf(path: &Path, device: &Device) -> Result<CausalLm> {
+    let (config, tensors, _meta) = crate::gguf::read_gguf(path)?;
+    causal_lm_from_tensors(&config, tensors, device)
+}
+
+/// Reads `model.safetensors`, or every shard named by `model.safetensors.index.json`.
+pub fn read_weights(dir: &Path) -> Result<TensorMap> {
+    let single = dir.join(WEIGHTS_FILE);
+    let index = dir.join(WEIGHTS_INDEX_FILE);
+    if single.exists() || !index.exists() {
+        return TensorMap::from_safetensors(&single);
+    }
+    let mut all = TensorMap::new(&index);
+    for shard in shard_files(&index)? {
+        let part = TensorMap::from_safetensors(&dir.join(shard))?;
+        all.tensors.extend(part.tensors);
+    }
+    Ok(all)
+}
+
+/// The distinct shard files of a sharded checkpoint's index, in first-seen order.
+fn shard_files(index: &Path) -> Result<Vec<String>> {
+    let bad = |reason: String| ModelError::Format {
+        path: index.to_path_buf(),
+        format: "safetensors index",
+        reason,
+    };
+    let text = std::fs::read_to_string(index).map_err(|source| ModelError::Io {
+        path: index.to_path_buf(),
+        source,
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad("no `weight_map` object".into()))?;
+    let mut files: Vec<String> = Vec::new();
+    for f in map.values() {
+        let f = f
+            .as_str()
+            .ok_or_else(|| bad("shard names must be strings".into()))?;
+        if !files.iter().any(|x| x == f) {
+            files.push(f.to_string());
+        }
+    }
+    Ok(files)
+}
+
+/// Builds a model from a config and HF-named tensors (checks every name and shape).
+///
+/// Tensors the model does not use (GPT-2's `attn.bias` buffers, a tied `lm_head.weight`) are
+/// ignored.
+pub fn causal_lm_from_tensors(
+    config: &ModelConfig,
+    mut tensors: TensorMap,
+    device: &Device,
+) -> Result<CausalLm> {
+    Ok(match config {
+        ModelConfig::Gpt2(c) => {
+            CausalLm::Gpt2(Gpt2LmHeadModel::from_tensors(c, &mut tensors, device)?)
+        }
+        ModelConfig::Llama(c) => {
+            CausalLm::Llama(LlamaForCausalLm::from_tensors(c, &mut tensors, device)?)
+        }
+    })
+}
+
+/// Saves `model` as an HF checkpoint: `config.json` and `model.safetensors` with HF names and
+/// layouts, each written to a temporary file in `dir` and then renamed into place. LoRA
+/// adapters, if any, are saved merged into the weights.
+pub fn save_pretrained(model: &CausalLm, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    write_safetensors(&dir.join(WEIGHTS_FILE), &model.hf_tensors())?;
+    let json = serde_json::to_string_pretty(&model.config().to_hf_json())
+        .map_err(|e| ModelError::Input(format!("cannot serialise config: {e}")))?;
+    write_atomic(&dir.join(CONFIG_FILE), json.as_bytes())
+}
+
+/// A host f32 tensor viewed as safetensors data.
+struct F32View<'a>(&'a RawTensor);
+
+impl safetensors::View for F32View<'_> {
+    fn dtype(&self) -> safetensors::Dtype {
+        safetensors::Dtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.0.data.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+    fn data_len(&self) -> usize {
+        self.0.data.len() * 4
+    }
+}
+
+/// Writes f32 tensors as a safetensors file (metadata `format: pt`, as `transformers` writes),
+/// atomically.
+pub fn write_safetensors(path: &Path, tensors: &[(String, RawTensor)]) -> Result<()> {
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let views = tensors.iter().map(|(k, t)| (k.as_str(), F32View(t)));
+    let bytes = safetensors::serialize(views, Some(meta)).map_err(|e| ModelError::Format {
+        path: path.to_path_buf(),
+        format: "safetensors",
+        reason: e.to_string(),
+    })?;
+    write_atomic(path, &bytes)
+}
+
+/// Writes `bytes` to `path.tmp` next to `path`, then renames it over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| ModelError::Io { path: p, source }
+    };
+    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp{}", std::process::id()));
+    path.with_file_name(name)
+}

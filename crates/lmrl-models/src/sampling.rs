@@ -1,0 +1,287 @@
+//! Decoding strategies and logits processing, applied the way Hugging Face `generate` applies them.
+//!
+//! For one decoding step HF turns the last-position logits into a distribution with a list of
+//! processors, in this order (transformers 4.46 `_get_logits_processor`):
+//!
+//! 1. `RepetitionPenaltyLogitsProcessor` (CTRL, Keskar et al. 2019): for every token id already in
+//!    the sequence, a logit `l < 0` becomes `l·p` and any other `l/p`;
+//! 2. `TemperatureLogitsWarper`: `l / T` (only when sampling and `T ≠ 1`);
+//! 3. `TopKLogitsWarper`: logits strictly below the k-th largest become `-inf` (ties kept);
+//! 4. `TopPLogitsWarper` (nucleus, Holtzman et al. 2020): sort ascending, remove the tokens whose
+//!    cumulative probability is `≤ 1 - top_p`, always keeping the most likely token — i.e. keep
+//!    the smallest set whose probability is `≥ top_p`.
+//!
+//! Greedy decoding takes the argmax of the (penalised) logits; sampling draws from
+//! `softmax(processed logits)`. All of this runs on the device for the whole batch; only the
+//! uniform numbers of the categorical draw come from a host RNG (`StdRng` seeded from
+//! [`GenerationConfig::seed`]) so that runs are reproducible on any backend.
+use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::{Bool, Device, IndexingUpdateOp, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error::{ModelError, Result};
+
+/// How the next token is chosen from the processed logits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// Argmax of the logits (after the repetition penalty). HF `do_sample=False`, `num_beams=1`.
+    Greedy,
+    /// Multinomial sampling from `softmax(processed logits)`. HF `do_sample=True`.
+    Sample {
+        /// Divides the logits; must be > 0. `1.0` leaves them unchanged.
+        temperature: f32,
+        /// Keep only the `top_k` largest logits; `0` disables the filter (TRL PPO uses 0).
+        top_k: usize,
+        /// Nucleus mass in `(0, 1]`; `1.0` disables the filter (TRL PPO uses 1.0).
+        top_p: f32,
+    },
+}
+
+impl Sampling {
+    /// Pure sampling from the model's distribution, as TRL's PPO generation kwargs ask for
+    /// (`top_k=0.0, top_p=1.0, do_sample=True`).
+    pub fn pure() -> Self {
+        Sampling::Sample {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+        }
+    }
+}
+
+/// Everything [`crate::generation::generate`] needs besides the model and the prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationConfig {
+    pub sampling: Sampling,
+    /// Upper bound on generated tokens per row (EOS included).
+    pub max_new_tokens: usize,
+    /// CTRL repetition penalty; `1.0` disables it. Must be > 0.
+    pub repetition_penalty: f32,
+    /// A row stops after producing this id (the EOS itself is kept). `None`: never stop early.
+    pub eos_token_id: Option<u32>,
+    /// Fills the left padding of prompts and the tail of rows that stopped.
+    pub pad_token_id: u32,
+    /// Seed of the host RNG that draws the categorical samples.
+    pub seed: u64,
+}
+
+impl GenerationConfig {
+    /// Greedy decoding with no penalty.
+    pub fn greedy(max_new_tokens: usize, eos_token_id: Option<u32>, pad_token_id: u32) -> Self {
+        Self {
+            sampling: Sampling::Greedy,
+            max_new_tokens,
+            repetition_penalty: 1.0,
+            eos_token_id,
+            pad_token_id,
+            seed: 0,
+        }
+    }
+
+    /// Checks the numeric fields (HF raises on the same conditions).
+    pub fn validate(&self) -> Result<()> {
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return Err(ModelError::Input(format!(
+                "repetition_penalty must be a positive number, got {}",
+                self.repetition_penalty
+            )));
+        }
+        if let Sampling::Sample {
+            temperature, top_p, ..
+        } = self.sampling
+        {
+            if !(temperature.is_finite() && temperature > 0.0) {
+                return Err(ModelError::Input(format!(
+                    "temperature must be a positive number, got {temperature}"
+                )));
+            }
+            if !(top_p > 0.0 && top_p <= 1.0) {
+                return Err(ModelError::Input(format!(
+                    "top_p must be in (0, 1], got {top_p}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// CTRL repetition penalty over `[B, V]` logits: where `seen[b, v]`, a negative logit is
+/// multiplied by `penalty` and a non-negative one divided by it (HF
+/// `RepetitionPenaltyLogitsProcessor`: `torch.where(score < 0, score * p, score / p)`).
+pub fn apply_repetition_penalty(
+    logits: Tensor<2>,
+    seen: Tensor<2, Bool>,
+    penalty: f32,
+) -> Tensor<2> {
+    if penalty == 1.0 {
+        return logits;
+    }
+    let negative = logits.clone().lower_elem(0.0);
+    let penalised = logits
+        .clone()
+        .mul_scalar(penalty)
+        .mask_where(negative.bool_not(), logits.clone().div_scalar(penalty));
+    logits.mask_where(seen, penalised)
+}
+
+/// HF `TemperatureLogitsWarper`: `logits / temperature`.
+pub fn apply_temperature(logits: Tensor<2>, temperature: f32) -> Tensor<2> {
+    if temperature == 1.0 {
+        logits
+    } else {
+        logits.div_scalar(temperature)
+    }
+}
+
+/// HF `TopKLogitsWarper` (with `min_tokens_to_keep = 1`): every logit strictly below the k-th
+/// largest of its row becomes `-inf`; ties with the k-th value survive. `k = 0` or `k ≥ V`
+/// leaves the logits unchanged.
+pub fn top_k_filter(logits: Tensor<2>, k: usize) -> Tensor<2> {
+    let [_, vocab] = logits.dims();
+    if k == 0 || k >= vocab {
+        return logits;
+    }
+    let kth = logits.clone().topk(k, 1).narrow(1, k - 1, 1); // [B, 1]
+    let remove = logits.clone().lower(kth.expand(logits.dims()));
+    logits.mask_fill(remove, f32::NEG_INFINITY)
+}
+
+/// HF `TopPLogitsWarper` (with `min_tokens_to_keep = 1`): sort ascending, remove the tokens
+/// whose cumulative probability is `≤ 1 - top_p`, never the most likely one. What survives is
+/// the smallest set of most-likely tokens whose total probability is `≥ top_p`.
+pub fn top_p_filter(logits: Tensor<2>, top_p: f32) -> Tensor<2> {
+    if top_p >= 1.0 {
+        return logits;
+    }
+    let [batch, vocab] = logits.dims();
+    let device = logits.device();
+    let (sorted, order) = logits.clone().sort_with_indices(1);
+    let cumulative = softmax(sorted, 1).cumsum(1);
+    let remove_sorted = cumulative
+        .lower_equal_elem(1.0 - top_p)
+        .float()
+        // the last (largest) sorted position is always kept
+        .slice_fill([0..batch, vocab - 1..vocab], 0.0);
+    // Undo the sort: `order` is a permutation of each row, so scatter-add into zeros puts every
+    // flag back at its token id exactly once.
+    let remove = Tensor::<2>::zeros([batch, vocab], &device)
+        .scatter(1, order, remove_sorted, IndexingUpdateOp::Add)
+        .greater_elem(0.5);
+    logits.mask_fill(remove, f32::NEG_INFINITY)
+}
+
+/// The whole HF processor chain of one step for `cfg.sampling`: repetition penalty (when `seen`
+/// is given), then for sampling temperature, top-k and top-p. The result is the logits whose
+/// softmax is the distribution the next token is drawn from (greedy: whose argmax is taken).
+pub fn process_logits(
+    logits: Tensor<2>,
+    seen: Option<Tensor<2, Bool>>,
+    cfg: &GenerationConfig,
+) -> Tensor<2> {
+    let logits = match seen {
+        Some(seen) => apply_repetition_penalty(logits, seen, cfg.repetition_penalty),
+        None => logits,
+    };
+    match cfg.sampling {
+        Sampling::Greedy => logits,
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+        } => {
+            let logits = apply_temperature(logits, temperature);
+            let logits = top_k_filter(logits, top_k);
+            top_p_filter(logits, top_p)
+        }
+    }
+}
+
+/// Token ids chosen for one step and their log-probabilities under the processed distribution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+}
+
+/// Picks the next token of every row from processed logits, holding the seeded RNG between
+/// steps so that a whole generation is reproducible from [`GenerationConfig::seed`].
+#[derive(Debug, Clone)]
+pub struct TokenChooser {
+    sampling: Sampling,
+    rng: StdRng,
+}
+
+impl TokenChooser {
+    pub fn new(cfg: &GenerationConfig) -> Self {
+        Self {
+            sampling: cfg.sampling,
+            rng: StdRng::seed_from_u64(cfg.seed),
+        }
+    }
+
+    /// Greedy: argmax per row. Sampling: inverse-CDF draw per row with one host uniform each —
+    /// on the device, `idx = #{v : cdf[v] ≤ u·cdf[V-1]}`, which never lands on a zero-probability
+    /// token (the first `v` whose cdf exceeds the target has positive mass); it is then clamped
+    /// to the last positive-mass token to guard against float rounding at the top end.
+    /// Log-probs are `log_softmax(processed)[token]`.
+    pub fn choose(&mut self, processed: Tensor<2>) -> Result<Choice> {
+        let [batch, vocab] = processed.dims();
+        let device = processed.device();
+        let logprobs_all = log_softmax(processed.clone(), 1);
+        let idx: Tensor<2, Int> = match self.sampling {
+            Sampling::Greedy => processed.argmax(1),
+            Sampling::Sample { .. } => {
+                let probs = logprobs_all.clone().exp();
+                let cdf = probs.clone().cumsum(1);
+                let total = cdf.clone().narrow(1, vocab - 1, 1); // [B, 1]
+                let uniforms: Vec<f32> = (0..batch).map(|_| self.rng.random::<f32>()).collect();
+                let u = Tensor::<2>::from_data(TensorData::new(uniforms, [batch, 1]), &device);
+                let target = total.mul(u);
+                let count = cdf
+                    .lower_equal(target.expand([batch, vocab]))
+                    .int()
+                    .sum_dim(1); // [B, 1]
+                let positions = Tensor::<1, Int>::arange(0..vocab as i64, &device)
+                    .unsqueeze::<2>()
+                    .expand([batch, vocab]);
+                let last_positive = positions
+                    .mask_fill(probs.lower_equal_elem(0.0), 0)
+                    .max_dim(1);
+                count.min_pair(last_positive)
+            }
+        };
+        let logprobs = logprobs_all.gather(1, idx.clone());
+        let tokens = read_ints(idx)?;
+        let logprobs = read_floats(logprobs)?;
+        Ok(Choice { tokens, logprobs })
+    }
+}
+
+/// Reads an Int tensor back as `u32` token ids.
+pub(crate) fn read_ints<const D: usize>(t: Tensor<D, Int>) -> Result<Vec<u32>> {
+    let v = t
+        .try_into_vec_as::<i64>()
+        .map_err(|e| ModelError::Input(format!("reading token ids from the device: {e:?}")))?;
+    Ok(v.into_iter().map(|x| x as u32).collect())
+}
+
+/// Reads a float tensor back as `f32`.
+pub(crate) fn read_floats<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+    t.try_into_vec_as::<f32>()
+        .map_err(|e| ModelError::Input(format!("reading values from the device: {e:?}")))
+}
+
+/// A `[B, V]` mask with `true` at `(b, v)` for every id `v` in `ids[b]` — the "already in the
+/// sequence" set of the repetition penalty. Ids outside the vocabulary are ignored.
+pub fn presence_mask(ids: &[Vec<u32>], vocab: usize, device: &Device) -> Tensor<2, Bool> {
+    let mut flags = vec![false; ids.len() * vocab];
+    for (b, row) in ids.iter().enumerate() {
+        for &v in row {
+            if (v as usize) < vocab {
+                flags[b * vocab + v as usize] = true;
+            }
+        }
+    }
+    Tensor::from_data(TensorData::new(flags, [ids.len(), vocab]), device)
+}

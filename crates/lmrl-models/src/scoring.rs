@@ -1,0 +1,261 @@
+//! Scoring query–response pairs: TRL `PPOTrainer.batched_forward_pass`, restricted to the
+//! response tokens.
+//!
+//! TRL concatenates each query `q` and response `y` into one right-padded sequence, runs the
+//! policy (with value head) once, and takes `logprobs_from_logits(logits[:, :-1], ids[:, 1:])`
+//! and `values[:, :-1]` under a mask that starts at `len(q) - 1` and spans `len(y)` positions.
+//! Here the same quantities come out already aligned to the response: entry `t` of row `b`
+//! is read at sequence position `len(q_b) + t - 1`, the hidden state that predicts `y_b[t]`.
+//! The gather is [`response_logprobs`], which is differentiable, so the PPO loss can call it on
+//! an autodiff forward pass.
+use burn::module::Module;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::error::{ModelError, Result};
+use crate::model::CausalLm;
+use crate::value_head::LmWithValueHead;
+
+/// A batch of `[q; y]` sequences, right-padded, with what is needed to find the response tokens.
+#[derive(Debug, Clone)]
+pub struct QueryResponseBatch {
+    /// `[B, S]` ids of `q_b ++ y_b`, right-padded with the pad id; `S = max_b(|q_b| + |y_b|)`.
+    pub input_ids: Tensor<2, Int>,
+    /// `[B, S]` 1 on real tokens, 0 on padding.
+    pub attention_mask: Tensor<2, Int>,
+    /// `|q_b|` per row (≥ 1).
+    pub query_lens: Vec<usize>,
+    /// `|y_b|` per row (≥ 1).
+    pub response_lens: Vec<usize>,
+    /// The response ids per row (host copy, for the gather).
+    responses: Vec<Vec<u32>>,
+    seq_len: usize,
+}
+
+impl QueryResponseBatch {
+    /// Builds the right-padded batch on `device`. Errors on an empty batch, an empty query (no
+    /// position would predict the first response token), an empty response, or unequal numbers
+    /// of queries and responses.
+    pub fn new(
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        pad_id: u32,
+        device: &Device,
+    ) -> Result<Self> {
+        if queries.len() != responses.len() {
+            return Err(ModelError::Input(format!(
+                "{} queries but {} responses",
+                queries.len(),
+                responses.len()
+            )));
+        }
+        if queries.is_empty() {
+            return Err(ModelError::Input("empty query/response batch".into()));
+        }
+        for (r, (q, y)) in queries.iter().zip(responses).enumerate() {
+            if q.is_empty() {
+                return Err(ModelError::Input(format!("query {r} is empty")));
+            }
+            if y.is_empty() {
+                return Err(ModelError::Input(format!("response {r} is empty")));
+            }
+        }
+        let b = queries.len();
+        let seq_len = queries
+            .iter()
+            .zip(responses)
+            .map(|(q, y)| q.len() + y.len())
+            .max()
+            .unwrap_or(0);
+        let mut ids = vec![pad_id as i64; b * seq_len];
+        let mut mask = vec![0i64; b * seq_len];
+        for (r, (q, y)) in queries.iter().zip(responses).enumerate() {
+            for (i, &t) in q.iter().chain(y).enumerate() {
+                ids[r * seq_len + i] = t as i64;
+                mask[r * seq_len + i] = 1;
+            }
+        }
+        Ok(Self {
+            input_ids: Tensor::from_data(TensorData::new(ids, [b, seq_len]), device),
+            attention_mask: Tensor::from_data(TensorData::new(mask, [b, seq_len]), device),
+            query_lens: queries.iter().map(Vec::len).collect(),
+            response_lens: responses.iter().map(Vec::len).collect(),
+            responses: responses.to_vec(),
+            seq_len,
+        })
+    }
+
+    /// Number of rows.
+    pub fn batch_size(&self) -> usize {
+        self.query_lens.len()
+    }
+
+    /// `T`, the longest response: the width of every per-response-token output.
+    pub fn max_response_len(&self) -> usize {
+        self.response_lens.iter().copied().max().unwrap_or(0)
+    }
+
+    /// `S`, the padded `[q; y]` length.
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// The response ids of every row.
+    pub fn responses(&self) -> &[Vec<u32>] {
+        &self.responses
+    }
+
+    /// Checks every id against the vocabulary size (before a forward pass would index out of
+    /// range).
+    pub fn check_vocab(&self, vocab: usize) -> Result<()> {
+        let ids = self
+            .input_ids
+            .clone()
+            .try_into_vec_as::<i64>()
+            .map_err(|e| ModelError::Input(format!("reading input ids: {e:?}")))?;
+        for (k, &id) in ids.iter().enumerate() {
+            if id < 0 || id as usize >= vocab {
+                return Err(ModelError::TokenOutOfRange {
+                    id,
+                    row: k / self.seq_len,
+                    pos: k % self.seq_len,
+                    vocab,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `[B·T]` flat indices into the `[B·S]` positions: row `b`, response token `t` ↦
+    /// `b·S + |q_b| + t − 1`; padding entries (`t ≥ |y_b|`) point at the last query position and
+    /// are masked out.
+    fn flat_positions(&self) -> Vec<i64> {
+        let t_max = self.max_response_len();
+        let mut idx = Vec::with_capacity(self.batch_size() * t_max);
+        for (b, (&q, &r)) in self.query_lens.iter().zip(&self.response_lens).enumerate() {
+            for t in 0..t_max {
+                let p = if t < r { q + t - 1 } else { q - 1 };
+                idx.push((b * self.seq_len + p) as i64);
+            }
+        }
+        idx
+    }
+
+    /// `[B, T]` response ids, 0 on padding entries.
+    fn response_ids(&self) -> Vec<i64> {
+        let t_max = self.max_response_len();
+        let mut ids = Vec::with_capacity(self.batch_size() * t_max);
+        for y in &self.responses {
+            for t in 0..t_max {
+                ids.push(y.get(t).map_or(0, |&v| v as i64));
+            }
+        }
+        ids
+    }
+
+    /// `[B, T]` float mask: 1 on response tokens, 0 on padding.
+    pub fn response_mask(&self, device: &Device) -> Tensor<2> {
+        let t_max = self.max_response_len();
+        let mut m = Vec::with_capacity(self.batch_size() * t_max);
+        for &r in &self.response_lens {
+            for t in 0..t_max {
+                m.push(if t < r { 1.0f32 } else { 0.0 });
+            }
+        }
+        Tensor::from_data(TensorData::new(m, [self.batch_size(), t_max]), device)
+    }
+}
+
+/// Per-response-token quantities of the policy with value head.
+#[derive(Debug, Clone)]
+pub struct Scored {
+    /// `[B, T]` `log π(y_t | q, y_<t)` (TRL `all_logprobs`, response part); 0 on padding.
+    pub logprobs: Tensor<2>,
+    /// `[B, T, V]` full-vocabulary `log_softmax` at the same positions, for TRL's `"full"` KL
+    /// penalty `Σ_v p(v)(log p(v) − log p_ref(v))`.
+    pub log_softmax: Tensor<3>,
+    /// `[B, T]` value-head outputs `V(q, y_<t)` (TRL `values[:, :-1]`, response part); 0 on padding.
+    pub values: Tensor<2>,
+    /// `[B, T]` 1 on response tokens, 0 on padding.
+    pub mask: Tensor<2>,
+}
+
+/// The frozen reference model's per-response-token quantities.
+#[derive(Debug, Clone)]
+pub struct RefScored {
+    /// `[B, T]` `log π_ref(y_t | q, y_<t)`; 0 on padding.
+    pub logprobs: Tensor<2>,
+    /// `[B, T, V]` full `log_softmax` of the reference at the same positions.
+    pub log_softmax: Tensor<3>,
+    /// `[B, T]` 1 on response tokens, 0 on padding.
+    pub mask: Tensor<2>,
+}
+
+/// Takes `[B, S, V]` logits of the `[q; y]` batch to the response positions: returns
+/// `[B, T]` log-probs of the response tokens (TRL `logprobs_from_logits`, 0 on padding) and the
+/// `[B, T, V]` `log_softmax` there. Pure tensor ops (select, log_softmax, gather, mask), so on
+/// autodiff tensors the gradient flows back into `logits`; index tensors are built on
+/// `logits.device()`.
+pub fn response_logprobs(logits: Tensor<3>, batch: &QueryResponseBatch) -> (Tensor<2>, Tensor<3>) {
+    let [b, s, v] = logits.dims();
+    let t = batch.max_response_len();
+    let device = logits.device();
+    let positions =
+        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(), [b * t]), &device);
+    let selected = logits.reshape([b * s, v]).select(0, positions); // [B·T, V]
+    let ls = log_softmax(selected, 1);
+    let ids =
+        Tensor::<2, Int>::from_data(TensorData::new(batch.response_ids(), [b * t, 1]), &device);
+    let logprobs = ls.clone().gather(1, ids).reshape([b, t]) * batch.response_mask(&device);
+    (logprobs, ls.reshape([b, t, v]))
+}
+
+/// Takes `[B, S]` per-position values to the response positions (`[B, T]`, 0 on padding): the
+/// value at `|q_b| + t − 1` estimates the return from response token `t` on (TRL
+/// `values[:, :-1]` masked from `len(q) - 1`). Differentiable like [`response_logprobs`].
+pub fn response_values(values: Tensor<2>, batch: &QueryResponseBatch) -> Tensor<2> {
+    let [b, s] = values.dims();
+    let t = batch.max_response_len();
+    let device = values.device();
+    let positions =
+        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(), [b * t]), &device);
+    values.reshape([b * s]).select(0, positions).reshape([b, t]) * batch.response_mask(&device)
+}
+
+/// The batch's ids and mask moved to `device` (without autodiff) for a no-grad pass.
+fn inputs_on(batch: &QueryResponseBatch, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
+    (
+        batch.input_ids.clone().to_device(device),
+        batch.attention_mask.clone().to_device(device),
+    )
+}
+
+/// TRL `batched_forward_pass` for the policy: one no-grad forward of the value-head model over
+/// the right-padded `[q; y]` batch (positions = arange), read at the response positions.
+pub fn score(model: &LmWithValueHead, batch: &QueryResponseBatch) -> Scored {
+    let device = batch.input_ids.device().without_autodiff();
+    let model = model.valid();
+    let (ids, mask) = inputs_on(batch, &device);
+    let (logits, values) = model.forward(ids, mask);
+    let (logprobs, log_softmax) = response_logprobs(logits, batch);
+    Scored {
+        logprobs,
+        log_softmax,
+        values: response_values(values, batch),
+        mask: batch.response_mask(&device),
+    }
+}
+
+/// The same for a plain causal LM (the frozen reference policy of the KL penalty).
+pub fn score_reference(model: &CausalLm, batch: &QueryResponseBatch) -> RefScored {
+    let device = batch.input_ids.device().without_autodiff();
+    let model = model.valid();
+    let (ids, mask) = inputs_on(batch, &device);
+    let logits = model.forward_simple(ids, mask).logits;
+    let (logprobs, log_softmax) = response_logprobs(logits, batch);
+    RefScored {
+        logprobs,
+        log_softmax,
+        mask: batch.response_mask(&device),
+    }
+}

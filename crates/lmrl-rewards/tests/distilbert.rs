@@ -1,0 +1,58 @@
+//! DistilBERT classifier logits against transformers (`tests/fixtures/distilbert-tiny`).
+mod common;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use lmrl_rewards::load_distilbert;
+
+fn matrix(v: &serde_json::Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("number")).collect())
+        .collect()
+}
+
+#[test]
+fn logits_match_transformers() {
+    let device = Device::flex();
+    let model = load_distilbert(&common::fixture("distilbert-tiny"), &device).unwrap_or_else(|e| panic!("{e}"));
+    let fx = common::read_json("distilbert-tiny/expected.json");
+    let ids = matrix(&fx["forward"]["input_ids"]);
+    let mask = matrix(&fx["forward"]["attention_mask"]);
+    let want = matrix(&fx["forward"]["logits"]);
+    let (b, s) = (ids.len(), ids[0].len());
+    let flat = |m: &[Vec<f64>]| m.iter().flatten().map(|&x| x as i64).collect::<Vec<_>>();
+    let input = Tensor::<2, Int>::from_data(TensorData::new(flat(&ids), [b, s]), &device);
+    let am = Tensor::<2, Int>::from_data(TensorData::new(flat(&mask), [b, s]), &device);
+    let got: Vec<f32> = model.logits(input, am).into_data().convert::<f32>().to_vec().expect("f32 logits");
+    assert_eq!(got.len(), b * 2);
+    for (i, row) in want.iter().enumerate() {
+        for (j, &w) in row.iter().enumerate() {
+            let g = f64::from(got[i * 2 + j]);
+            assert!((g - w).abs() < 1e-4, "logit[{i}][{j}]: ours {g} vs HF {w}");
+        }
+    }
+    // The host-side path pads rows itself with pad_token_id = 0 and must agree.
+    let rows: Vec<Vec<u32>> = ids
+        .iter()
+        .zip(&mask)
+        .map(|(r, m)| r.iter().zip(m).filter(|(_, m)| **m > 0.0).map(|(x, _)| *x as u32).collect())
+        .collect();
+    let host = model.logits_for_ids(&rows, &device).unwrap_or_else(|e| panic!("{e}"));
+    for (i, row) in want.iter().enumerate() {
+        assert!((f64::from(host[i][1]) - row[1]).abs() < 1e-4, "row {i}: {:?} vs {row:?}", host[i]);
+    }
+    assert_eq!(model.config().positive_index(), 1);
+    assert!(model.check_inputs(&[vec![5000]]).is_err(), "ids beyond the vocabulary are rejected");
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let dir = std::env::temp_dir().join(format!("lmrl-rewards-distilbert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    std::fs::copy(common::fixture("distilbert-tiny/config.json"), dir.join("config.json")).expect("copy");
+    std::fs::write(dir.join("model.safetensors"), b"not a safetensors file").expect("write");
+    let err = load_distilbert(&dir, &Device::flex()).expect_err("bad file");
+    assert!(err.to_string().contains("model.safetensors"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,535 @@
+//! One PPO learner: TRL 0.11 `PPOTrainer.step` on a burn [`LmWithValueHead`].
+
+use burn::module::{Flag, Module, ModuleMapper, Param};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::tensor::{Device, Tensor, TensorData};
+use lmrl_models::generation::{Generation, generate};
+use lmrl_models::sampling::GenerationConfig;
+use lmrl_models::scoring::{
+    QueryResponseBatch, response_logprobs, response_values, score, score_reference,
+};
+use lmrl_models::{CausalLm, LmWithValueHead};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+
+use crate::error::{Result, RlError};
+use crate::ppo::advantages::compute_advantages;
+use crate::ppo::config::PpoConfig;
+use crate::ppo::grad::clip_grad_norm;
+use crate::ppo::kl::{TokenLogProbs, kl_penalty};
+use crate::ppo::kl_controller::{AdaptiveKlController, FixedKlController, KlController};
+use crate::ppo::loss::{LossInputs, ppo_loss};
+use crate::ppo::mask::ResponseMask;
+use crate::ppo::rewards::compute_rewards;
+use crate::ppo::running_moments::{RunningMoments, normalise_scores};
+use crate::ppo::stats::{LossStatsMean, PpoStats, mean_std};
+use crate::ppo::whiten::masked_mean;
+use crate::util::{check_finite_host, to_vec};
+
+/// Turns every module-owned training flag off (dropout, …), keeping autodiff on: TRL's
+/// `batched_forward_pass` calls `model.eval()` before the training forward, so PPO trains
+/// without dropout.
+struct EvalMode;
+
+impl ModuleMapper for EvalMode {
+    fn map_flag(&mut self, flag: Param<Flag>) -> Param<Flag> {
+        flag.with_value(false)
+    }
+}
+
+/// The no-grad pass over a batch: TRL `batched_forward_pass` of policy and reference plus the
+/// per-token KL, padded to the batch's longest response `T`.
+#[derive(Debug, Clone)]
+pub struct Rollout {
+    /// `[B, T]` ℓ_t of the policy.
+    pub logprobs: Tensor<2>,
+    /// `[B, T]` ℓ^ref_t.
+    pub ref_logprobs: Tensor<2>,
+    /// `[B, T]` V_t.
+    pub values: Tensor<2>,
+    /// `[B, T]` KL_t (estimator `kl_penalty`), not masked.
+    pub kls: Tensor<2>,
+    /// `[B, T]` response mask.
+    pub mask: ResponseMask,
+}
+
+impl Rollout {
+    /// Σ_t KL_t·mask per sample (TRL `objective/kl_dist`).
+    pub fn kl_per_sample(&self) -> Result<Vec<f32>> {
+        let s = (self.kls.clone() * self.mask.tensor()).sum_dim(1);
+        to_vec("objective/kl_dist", s)
+    }
+}
+
+/// A PPO learner: policy with value head on an autodiff device, its Adam optimizer, KL
+/// controller, running score statistics and minibatch RNG.
+#[derive(Clone)]
+pub struct PpoAgent {
+    model: LmWithValueHead,
+    optimizer: ModuleOptimizer,
+    kl_ctl: KlController,
+    running: RunningMoments,
+    config: PpoConfig,
+    rng: StdRng,
+    device: Device,
+    pad_id: u32,
+    steps: usize,
+}
+
+impl std::fmt::Debug for PpoAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PpoAgent")
+            .field("kl_ctl", &self.kl_ctl)
+            .field("running", &self.running)
+            .field("steps", &self.steps)
+            .finish_non_exhaustive()
+    }
+}
+
+fn adam(config: &PpoConfig) -> ModuleOptimizer {
+    // PyTorch `torch.optim.Adam` defaults (TRL's optimizer): no weight decay, ε 1e-8.
+    AdamConfig::new()
+        .with_beta_1(config.adam_beta1)
+        .with_beta_2(config.adam_beta2)
+        .with_epsilon(config.adam_epsilon)
+        .init()
+}
+
+fn kl_controller(config: &PpoConfig) -> KlController {
+    if config.adap_kl_ctrl {
+        KlController::Adaptive(AdaptiveKlController::new(
+            config.init_kl_coef,
+            config.target,
+            config.horizon,
+        ))
+    } else {
+        KlController::Fixed(FixedKlController::new(config.init_kl_coef))
+    }
+}
+
+fn host_tensor(v: Vec<f32>, dims: [usize; 2], device: &Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(v, dims), device)
+}
+
+/// Rows `idx` of a row-major `[B, T]` host matrix, cut to the first `t_new` columns.
+fn select_rows(host: &[f32], t: usize, idx: &[usize], t_new: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(idx.len() * t_new);
+    for &i in idx {
+        out.extend_from_slice(&host[i * t..i * t + t_new]);
+    }
+    out
+}
+
+/// Pads `[b, t]` to `[b, t_max]` with zeros on the right.
+fn pad_cols(x: Tensor<2>, t_max: usize) -> Tensor<2> {
+    let [b, t] = x.dims();
+    if t == t_max {
+        return x;
+    }
+    let z = Tensor::<2>::zeros([b, t_max - t], &x.device());
+    Tensor::cat(vec![x, z], 1)
+}
+
+impl PpoAgent {
+    /// A learner for `model`, which must live on `device` (an autodiff device, e.g.
+    /// `Device::flex().autodiff()`). Validates `config`; switches every dropout off (TRL trains
+    /// in `eval()` mode).
+    pub fn new(model: LmWithValueHead, config: PpoConfig, device: &Device) -> Result<Self> {
+        config.validate()?;
+        if !device.is_autodiff() {
+            return Err(RlError::Config {
+                field: "device".into(),
+                reason: "PPO training needs an autodiff device (`device.autodiff()`)".into(),
+            });
+        }
+        let model = model.map(&mut EvalMode);
+        let pad_id = model.lm.config().eos_token_id().unwrap_or(0);
+        Ok(Self {
+            optimizer: adam(&config),
+            kl_ctl: kl_controller(&config),
+            running: RunningMoments::new(),
+            rng: StdRng::seed_from_u64(config.seed),
+            model,
+            config,
+            device: device.clone(),
+            pad_id,
+            steps: 0,
+        })
+    }
+
+    /// The policy with its value head.
+    pub fn model(&self) -> &LmWithValueHead {
+        &self.model
+    }
+
+    /// Gives the model back.
+    pub fn into_model(self) -> LmWithValueHead {
+        self.model
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PpoConfig {
+        &self.config
+    }
+
+    /// The training device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Current β.
+    pub fn kl_coef(&self) -> f64 {
+        self.kl_ctl.value()
+    }
+
+    /// The KL controller.
+    pub fn kl_controller(&self) -> &KlController {
+        &self.kl_ctl
+    }
+
+    /// The running score statistics.
+    pub fn running_moments(&self) -> &RunningMoments {
+        &self.running
+    }
+
+    /// PPO steps taken.
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// Restores the state a freshly built TRL `PPOTrainer` has: new Adam moments, β back to
+    /// `init_kl_coef`, empty running score statistics, minibatch RNG reseeded with `seed`
+    /// (the reference's `set_seed`). The weights are kept. This is what CORY's reference code
+    /// does at every role exchange.
+    pub fn reset_state(&mut self) {
+        self.optimizer = adam(&self.config);
+        self.kl_ctl = kl_controller(&self.config);
+        self.running = RunningMoments::new();
+        self.rng = StdRng::seed_from_u64(self.config.seed);
+    }
+
+    /// Samples responses from the policy (no gradient, KV cache).
+    pub fn generate(&self, prompts: &[Vec<u32>], cfg: &GenerationConfig) -> Result<Generation> {
+        Ok(generate(&self.model.lm, prompts, cfg, &self.device)?)
+    }
+
+    fn plain_device(&self) -> Device {
+        self.device.clone().without_autodiff()
+    }
+
+    /// TRL `batched_forward_pass` of policy and reference (no grad, chunks of
+    /// `forward_batch_size`) and the per-token KL penalty.
+    pub fn rollout(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        reference: &CausalLm,
+    ) -> Result<Rollout> {
+        if queries.len() != responses.len() {
+            return Err(RlError::Shape {
+                what: "responses".into(),
+                expected: vec![queries.len()],
+                got: vec![responses.len()],
+            });
+        }
+        if let Some(i) = responses.iter().position(Vec::is_empty) {
+            return Err(RlError::EmptyResponse {
+                what: "rollout".into(),
+                sample: i,
+            });
+        }
+        let device = self.plain_device();
+        let vocab = self.model.lm.config().vocab_size();
+        let t_max = responses.iter().map(Vec::len).max().unwrap_or(0);
+        let fbs = self.config.forward_batch_size();
+        let needs_full = self.config.kl_penalty.needs_full_distribution();
+        let (mut lp, mut rlp, mut val, mut kls) = (vec![], vec![], vec![], vec![]);
+        for start in (0..queries.len()).step_by(fbs) {
+            let end = (start + fbs).min(queries.len());
+            let batch = QueryResponseBatch::new(
+                &queries[start..end],
+                &responses[start..end],
+                self.pad_id,
+                &device,
+            )?;
+            batch.check_vocab(vocab)?;
+            let s = score(&self.model, &batch);
+            let r = score_reference(reference, &batch);
+            let policy = TokenLogProbs {
+                gathered: s.logprobs,
+                full: needs_full.then_some(s.log_softmax),
+            };
+            let refp = TokenLogProbs {
+                gathered: r.logprobs,
+                full: needs_full.then_some(r.log_softmax),
+            };
+            let kl = kl_penalty(self.config.kl_penalty, &policy, &refp)?;
+            lp.push(pad_cols(policy.gathered, t_max));
+            rlp.push(pad_cols(refp.gathered, t_max));
+            val.push(pad_cols(s.values, t_max));
+            kls.push(pad_cols(kl, t_max));
+        }
+        let lengths: Vec<usize> = responses.iter().map(Vec::len).collect();
+        let rollout = Rollout {
+            logprobs: Tensor::cat(lp, 0),
+            ref_logprobs: Tensor::cat(rlp, 0),
+            values: Tensor::cat(val, 0),
+            kls: Tensor::cat(kls, 0),
+            mask: ResponseMask::from_lengths(&lengths, t_max, &device)?,
+        };
+        crate::util::check_finite("logprobs", &rollout.logprobs)?;
+        crate::util::check_finite("ref_logprobs", &rollout.ref_logprobs)?;
+        Ok(rollout)
+    }
+
+    /// Σ_t KL_t of each response under this policy vs `reference` on the given contexts (no
+    /// grad): the KL metric of a batch the agent did not train on.
+    pub fn kl_to_reference(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        reference: &CausalLm,
+    ) -> Result<Vec<f32>> {
+        self.rollout(queries, responses, reference)?.kl_per_sample()
+    }
+
+    /// TRL `PPOTrainer.step(queries, responses, scores)`:
+    ///
+    /// 1. score normalisation (`use_score_scaling`/`use_score_norm`/`score_clip`);
+    /// 2. no-grad forward of policy and reference → ℓ, ℓ^ref, V, KL_t;
+    /// 3. rewards (`compute_rewards`), GAE and whitening (`compute_advantages`);
+    /// 4. `ppo_epochs` × seeded permutation × backward batches of
+    ///    `mini_batch_size·gradient_accumulation_steps`: forward (dropout off), `loss`, backward
+    ///    of loss/`gradient_accumulation_steps`, and after each backward batch optional global
+    ///    norm clipping and one Adam step;
+    /// 5. statistics (`record_step_stats`) and the KL controller update with `objective/kl` and
+    ///    `batch_size`.
+    ///
+    /// `queries`, `responses`, `scores` must each hold `batch_size` entries.
+    pub fn step(
+        &mut self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        scores: &[f32],
+        reference: &CausalLm,
+    ) -> Result<PpoStats> {
+        let bs = self.config.batch_size;
+        for (what, n) in [
+            ("queries", queries.len()),
+            ("responses", responses.len()),
+            ("scores", scores.len()),
+        ] {
+            if n != bs {
+                return Err(RlError::Shape {
+                    what: what.into(),
+                    expected: vec![bs],
+                    got: vec![n],
+                });
+            }
+        }
+        check_finite_host("scores", &[bs], scores)?;
+        let raw_scores = scores.to_vec();
+        let scores = normalise_scores(
+            scores,
+            &mut self.running,
+            self.config.use_score_scaling,
+            self.config.use_score_norm,
+            self.config.score_clip,
+        )?;
+
+        // No-grad pass, rewards, advantages (TRL: under torch.no_grad()).
+        let rollout = self.rollout(queries, responses, reference)?;
+        let plain = self.plain_device();
+        let [_, t_max] = rollout.mask.dims();
+        let beta = self.kl_ctl.value();
+        let score_t = Tensor::<1>::from_data(TensorData::new(scores.clone(), [bs]), &plain);
+        let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
+        let adv = compute_advantages(
+            rollout.values.clone(),
+            shaped.rewards.clone(),
+            &rollout.mask,
+            self.config.gamma,
+            self.config.lam,
+            self.config.whiten_rewards,
+        )?;
+        let old_logprobs = to_vec("logprobs", rollout.logprobs.clone())?;
+        let old_values = to_vec("values", adv.values.clone())?;
+        let advantages = to_vec("advantages", adv.advantages.clone())?;
+        let returns = to_vec("returns", adv.returns.clone())?;
+
+        // Optimisation.
+        let lr = self.config.learning_rate;
+        let gas = self.config.gradient_accumulation_steps;
+        let mbs = self.config.mini_batch_size;
+        let bbs = self.config.backward_batch_size();
+        let params = self.config.loss_params();
+        let mut loss_mean = LossStatsMean::default();
+        let mut skipped = 0usize;
+        let mut opt_steps = 0usize;
+        let mut grad_norm_sum = 0.0f64;
+        let mut inds: Vec<usize> = (0..bs).collect();
+        for _epoch in 0..self.config.ppo_epochs {
+            inds.shuffle(&mut self.rng);
+            for bb in inds.chunks(bbs) {
+                let mut accum = GradientsAccumulator::<LmWithValueHead>::new();
+                for mb in bb.chunks(mbs) {
+                    let q: Vec<Vec<u32>> = mb.iter().map(|&i| queries[i].clone()).collect();
+                    let y: Vec<Vec<u32>> = mb.iter().map(|&i| responses[i].clone()).collect();
+                    let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
+                    let t_mb = batch.max_response_len();
+                    let dims = [mb.len(), t_mb];
+                    let (logits, values) = self
+                        .model
+                        .forward(batch.input_ids.clone(), batch.attention_mask.clone());
+                    let (logprobs, log_softmax) = response_logprobs(logits, &batch);
+                    let vpreds = response_values(values, &batch);
+                    let lens: Vec<usize> = y.iter().map(Vec::len).collect();
+                    let mask = ResponseMask::from_lengths(&lens, t_mb, &self.device)?;
+                    let sel = |h: &[f32]| {
+                        host_tensor(select_rows(h, t_max, mb, t_mb), dims, &self.device)
+                    };
+                    let out = ppo_loss(
+                        LossInputs {
+                            old_logprobs: sel(&old_logprobs),
+                            values: sel(&old_values),
+                            logits: log_softmax,
+                            vpreds,
+                            logprobs,
+                            advantages: sel(&advantages),
+                            returns: sel(&returns),
+                        },
+                        &mask,
+                        &params,
+                    )?;
+                    if out.skipped {
+                        skipped += 1;
+                    }
+                    loss_mean.push(&out.stats);
+                    // accelerate's `backward` divides the loss by the accumulation steps.
+                    let loss = if gas > 1 {
+                        out.loss.div_scalar(gas as f32)
+                    } else {
+                        out.loss
+                    };
+                    let grads = GradientsParams::from_grads(loss.backward(), &self.model);
+                    accum.accumulate(&self.model, grads);
+                }
+                let mut grads = accum.grads();
+                if let Some(max_norm) = self.config.max_grad_norm {
+                    grad_norm_sum += f64::from(clip_grad_norm(&self.model, &mut grads, max_norm)?);
+                }
+                self.model = self.optimizer.step(lr, self.model.clone(), grads);
+                opt_steps += 1;
+            }
+        }
+
+        // record_step_stats
+        let kl_dist = rollout.kl_per_sample()?;
+        check_finite_host("objective/kl_dist", &[bs], &kl_dist)?;
+        let objective_kl = kl_dist.iter().map(|&x| f64::from(x)).sum::<f64>() / bs as f64;
+        let mask_host = rollout.mask.host();
+        let entropy_rows: Vec<f64> = (0..bs)
+            .map(|i| {
+                (0..t_max)
+                    .map(|t| -f64::from(old_logprobs[i * t_max + t]) * f64::from(mask_host[i * t_max + t]))
+                    .sum()
+            })
+            .collect();
+        let objective_entropy = entropy_rows.iter().sum::<f64>() / bs as f64;
+        let mean_nsr = crate::util::to_scalar(
+            "ppo/mean_non_score_reward",
+            masked_mean(
+                "ppo/mean_non_score_reward",
+                shaped.non_score_rewards,
+                &rollout.mask,
+            )?,
+        )?;
+        let (mean_scores, std_scores) = mean_std(&scores);
+        let (mean_raw, _) = mean_std(&raw_scores);
+        let ql: Vec<f32> = queries.iter().map(|q| q.len() as f32).collect();
+        let rl: Vec<f32> = responses.iter().map(|r| r.len() as f32).collect();
+        let (ql_mean, ql_std) = mean_std(&ql);
+        let (rl_mean, rl_std) = mean_std(&rl);
+        let train = loss_mean.mean();
+        let var_explained = 1.0 - train.val_error / train.returns_var;
+
+        self.kl_ctl.update(objective_kl, bs);
+        self.steps += 1;
+        Ok(PpoStats {
+            objective_kl: objective_kl as f32,
+            objective_kl_dist: kl_dist,
+            objective_kl_coef: beta,
+            objective_entropy: objective_entropy as f32,
+            mean_non_score_reward: mean_nsr,
+            mean_scores,
+            std_scores,
+            mean_raw_scores: mean_raw,
+            queries_len_mean: ql_mean,
+            queries_len_std: ql_std,
+            responses_len_mean: rl_mean,
+            responses_len_std: rl_std,
+            train,
+            val_var_explained: var_explained,
+            learning_rate: lr,
+            skipped_minibatches: skipped,
+            optimizer_steps: opt_steps,
+            grad_norm: self
+                .config
+                .max_grad_norm
+                .map(|_| (grad_norm_sum / opt_steps.max(1) as f64) as f32),
+            kl_coef_next: self.kl_ctl.value(),
+        })
+    }
+
+    /// The PPO loss statistics of the **current** policy on a whole batch against a fixed
+    /// rollout `old` (or a fresh one): rewards with `beta` from `scores` (used as given, no
+    /// normalisation), GAE, then [`ppo_loss`] with the current log-probs and values, no update.
+    /// Evaluating before and after [`PpoAgent::step`] with the same `old` shows whether the
+    /// step lowered the objective it optimised.
+    pub fn evaluate_loss(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        scores: &[f32],
+        reference: &CausalLm,
+        beta: f64,
+        old: Option<&Rollout>,
+    ) -> Result<crate::ppo::loss::LossStats> {
+        let rollout = match old {
+            Some(r) => r.clone(),
+            None => self.rollout(queries, responses, reference)?,
+        };
+        let plain = self.plain_device();
+        let bs = queries.len();
+        let score_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [bs]), &plain);
+        let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
+        let adv = compute_advantages(
+            rollout.values.clone(),
+            shaped.rewards,
+            &rollout.mask,
+            self.config.gamma,
+            self.config.lam,
+            self.config.whiten_rewards,
+        )?;
+        let batch = QueryResponseBatch::new(queries, responses, self.pad_id, &plain)?;
+        let model = self.model.valid();
+        let (logits, values) = model.forward(batch.input_ids.clone(), batch.attention_mask.clone());
+        let (logprobs, log_softmax) = response_logprobs(logits, &batch);
+        let vpreds = response_values(values, &batch);
+        let out = ppo_loss(
+            LossInputs {
+                old_logprobs: rollout.logprobs,
+                values: adv.values,
+                logits: log_softmax,
+                vpreds,
+                logprobs,
+                advantages: adv.advantages,
+                returns: adv.returns,
+            },
+            &rollout.mask,
+            &self.config.loss_params(),
+        )?;
+        Ok(out.stats)
+    }
+}

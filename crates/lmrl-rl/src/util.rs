@@ -1,0 +1,95 @@
+//! Host read-back and finiteness checks shared by the PPO and CORY code.
+
+use burn::tensor::Tensor;
+
+use crate::error::{Result, RlError};
+
+/// Reads a float tensor back to the host as `f32`, naming `what` on failure.
+pub fn to_vec<const D: usize>(what: &str, t: Tensor<D>) -> Result<Vec<f32>> {
+    t.try_into_vec_as::<f32>().map_err(|e| RlError::Read {
+        what: what.to_string(),
+        message: format!("{e:?}"),
+    })
+}
+
+/// Reads a one-element float tensor back to the host.
+pub fn to_scalar(what: &str, t: Tensor<1>) -> Result<f32> {
+    let v = to_vec(what, t)?;
+    match v.as_slice() {
+        [x] => Ok(*x),
+        _ => Err(RlError::Shape {
+            what: what.to_string(),
+            expected: vec![1],
+            got: vec![v.len()],
+        }),
+    }
+}
+
+/// Describes a flat index of a tensor of `dims` as `sample i, token j[, vocab k]`.
+pub fn location(dims: &[usize], flat: usize) -> String {
+    let mut idx = vec![0usize; dims.len()];
+    let mut rest = flat;
+    for (k, d) in dims.iter().enumerate().rev() {
+        let d = (*d).max(1);
+        idx[k] = rest % d;
+        rest /= d;
+    }
+    match idx.as_slice() {
+        [] => "scalar".to_string(),
+        [i] => format!("element {i}"),
+        [b, t] => format!("sample {b}, token {t}"),
+        [b, t, v] => format!("sample {b}, token {t}, vocab {v}"),
+        more => format!("index {more:?}"),
+    }
+}
+
+/// Fails with [`RlError::NonFinite`] naming the first NaN/±Inf in `values` (laid out as `dims`).
+pub fn check_finite_host(what: &str, dims: &[usize], values: &[f32]) -> Result<()> {
+    match values.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(RlError::NonFinite {
+            what: what.to_string(),
+            location: location(dims, i),
+            value: values[i],
+        }),
+    }
+}
+
+/// Fails with [`RlError::NonFinite`] if `t` holds a NaN or ±Inf. One device reduction and one
+/// scalar read; the full tensor is read back only to locate the culprit.
+pub fn check_finite<const D: usize>(what: &str, t: &Tensor<D>) -> Result<()> {
+    let all_finite = t
+        .clone()
+        .is_finite()
+        .all()
+        .try_into_scalar::<bool>()
+        .map_err(|e| RlError::Read {
+            what: what.to_string(),
+            message: format!("{e:?}"),
+        })?;
+    if all_finite {
+        return Ok(());
+    }
+    let dims = t.dims().to_vec();
+    let values = to_vec(what, t.clone())?;
+    check_finite_host(what, &dims, &values)?;
+    // The device said "not finite" but the host copy is finite: report it rather than hide it.
+    Err(RlError::NonFinite {
+        what: what.to_string(),
+        location: "unknown (device and host disagree)".to_string(),
+        value: f32::NAN,
+    })
+}
+
+/// Checks that a tensor has the expected shape.
+pub fn check_shape<const D: usize>(what: &str, t: &Tensor<D>, expected: &[usize]) -> Result<()> {
+    let got = t.dims().to_vec();
+    if got != expected {
+        return Err(RlError::Shape {
+            what: what.to_string(),
+            expected: expected.to_vec(),
+            got,
+        });
+    }
+    Ok(())
+}

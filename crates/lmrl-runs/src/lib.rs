@@ -1,0 +1,16 @@
+//! Files a training run leaves behind, so a user can open them: the resolved config
+//! (`config.toml`), one metrics row per iteration and agent (`metrics.csv`), sampled
+//! generations (`samples.jsonl`) and plots (PNG + SVG).
+//!
+//! Every file is written so that an interrupted run never leaves a half-written file behind:
+//! whole files go through [`atomic_write`]; append-only logs are flushed row by row and
+//! truncated back to the last complete row on resume.
+pub mod error;
+pub mod files;
+pub mod metrics;
+pub mod plots;
+
+pub use error::{Result, RunError};
+pub use files::{atomic_write, write_toml};
+pub use metrics::{MetricRow, MetricsLog, SamplesLog};
+pub use plots::{FrontierPoint, plot_frontier, plot_run};

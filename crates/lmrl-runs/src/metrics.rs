@@ -1,0 +1,232 @@
+//! `metrics.csv` (one row per iteration and agent) and `samples.jsonl`.
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RunError, io};
+use crate::files::atomic_write;
+
+/// One row of `metrics.csv`: what one trained copy did in one iteration.
+///
+/// `agent` names the trained copy (`policy` for PPO; `llm1`/`llm2` for CORY, following the
+/// weights across role exchanges) and `role` the part it played in that iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricRow {
+    pub iteration: usize,
+    pub agent: String,
+    pub role: String,
+    /// Batch mean of the agent's own task reward r(q, y) (not CORY's summed R).
+    pub task_reward: f64,
+    /// Batch mean of Σ_t KL_t in nats (TRL `objective/kl`).
+    pub kl: f64,
+    pub beta: f64,
+    /// task_reward − β·kl (paper §4.1, with the current β).
+    pub combined_reward: f64,
+    pub policy_loss: f64,
+    pub value_loss: f64,
+    pub entropy: f64,
+    pub approxkl: f64,
+    pub clipfrac: f64,
+    pub response_len: f64,
+    /// Task reward and KL of this agent answering the plain query (pioneer format), so curves
+    /// stay comparable across role exchanges. Equal to the above for the pioneer.
+    pub pioneer_task_reward: f64,
+    pub pioneer_kl: f64,
+    pub seconds: f64,
+}
+
+/// Append-only `metrics.csv`, flushed after every row.
+pub struct MetricsLog {
+    path: PathBuf,
+    writer: csv::Writer<File>,
+}
+
+impl MetricsLog {
+    /// Creates a new log, or — when resuming — keeps the rows of iterations before
+    /// `resume_from` (dropping any written after the last checkpoint) and appends after them.
+    pub fn open(path: &Path, resume_from: Option<usize>) -> Result<Self> {
+        let kept = match resume_from {
+            Some(it) if path.exists() => read_rows(path)?
+                .into_iter()
+                .filter(|r| r.iteration < it)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for r in &kept {
+            w.serialize(r).map_err(|e| csv_err(path, e))?;
+        }
+        let mut bytes = w.into_inner().map_err(|e| RunError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        if kept.is_empty() {
+            bytes = header_line();
+        }
+        atomic_write(path, &bytes)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
+        let writer = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(file);
+        Ok(Self {
+            path: path.to_path_buf(),
+            writer,
+        })
+    }
+
+    pub fn append(&mut self, row: &MetricRow) -> Result<()> {
+        self.writer
+            .serialize(row)
+            .map_err(|e| csv_err(&self.path, e))?;
+        self.writer.flush().map_err(io(&self.path))
+    }
+}
+
+fn header_line() -> Vec<u8> {
+    const COLS: &[&str] = &[
+        "iteration",
+        "agent",
+        "role",
+        "task_reward",
+        "kl",
+        "beta",
+        "combined_reward",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approxkl",
+        "clipfrac",
+        "response_len",
+        "pioneer_task_reward",
+        "pioneer_kl",
+        "seconds",
+    ];
+    format!("{}\n", COLS.join(",")).into_bytes()
+}
+
+/// Reads every row of a `metrics.csv`.
+pub fn read_rows(path: &Path) -> Result<Vec<MetricRow>> {
+    let mut r = csv::Reader::from_path(path).map_err(|e| csv_err(path, e))?;
+    r.deserialize()
+        .enumerate()
+        .map(|(i, row)| {
+            row.map_err(|e| RunError::Format {
+                path: path.to_path_buf(),
+                reason: format!("row {}: {e}", i + 2),
+            })
+        })
+        .collect()
+}
+
+fn csv_err(path: &Path, e: csv::Error) -> RunError {
+    RunError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+/// Append-only `samples.jsonl`: one JSON object per line.
+pub struct SamplesLog {
+    path: PathBuf,
+    file: File,
+}
+
+impl SamplesLog {
+    /// Opens the log; on resume drops lines whose `iteration` is ≥ `resume_from`.
+    pub fn open(path: &Path, resume_from: Option<usize>) -> Result<Self> {
+        let mut kept = Vec::new();
+        if let (Some(it), true) = (resume_from, path.exists()) {
+            let f = File::open(path).map_err(io(path))?;
+            for line in BufReader::new(f).lines() {
+                let line = line.map_err(io(path))?;
+                let v: serde_json::Value = match serde_json::from_str(&line) {
+                    Ok(v) => v,
+                    Err(_) => continue, // a torn last line from a crash
+                };
+                if v["iteration"].as_u64().is_some_and(|i| (i as usize) < it) {
+                    kept.extend_from_slice(line.as_bytes());
+                    kept.push(b'\n');
+                }
+            }
+        }
+        atomic_write(path, &kept)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn append<T: Serialize>(&mut self, value: &T) -> Result<()> {
+        let mut line = serde_json::to_vec(value).map_err(|e| RunError::Format {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        line.push(b'\n');
+        self.file.write_all(&line).map_err(io(&self.path))?;
+        self.file.flush().map_err(io(&self.path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(iteration: usize, agent: &str) -> MetricRow {
+        MetricRow {
+            iteration,
+            agent: agent.into(),
+            role: "pioneer".into(),
+            task_reward: iteration as f64 * 0.5,
+            kl: 0.1,
+            beta: 0.3,
+            combined_reward: iteration as f64 * 0.5 - 0.03,
+            policy_loss: 0.0,
+            value_loss: 0.0,
+            entropy: 1.0,
+            approxkl: 0.0,
+            clipfrac: 0.0,
+            response_len: 8.0,
+            pioneer_task_reward: 0.0,
+            pioneer_kl: 0.0,
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn resume_keeps_rows_before_the_checkpoint_and_appends() {
+        let dir = std::env::temp_dir().join(format!("lmrl-runs-m-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("metrics.csv");
+        let mut log = MetricsLog::open(&p, None).unwrap();
+        for it in 0..4 {
+            log.append(&row(it, "llm1")).unwrap();
+        }
+        drop(log);
+        let mut log = MetricsLog::open(&p, Some(2)).unwrap();
+        log.append(&row(2, "llm1")).unwrap();
+        drop(log);
+        let rows = read_rows(&p).unwrap();
+        let its: Vec<_> = rows.iter().map(|r| r.iteration).collect();
+        assert_eq!(its, vec![0, 1, 2]);
+        assert_eq!(rows[1], row(1, "llm1"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn header_matches_serialised_fields() {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(row(0, "a")).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        let first = text.lines().next().unwrap();
+        assert_eq!(format!("{first}\n").into_bytes(), header_line());
+    }
+}

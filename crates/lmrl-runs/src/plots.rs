@@ -1,0 +1,308 @@
+//! PNG and SVG plots of a run's metrics, and the reward–KL frontier of a sweep.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::error::{Result, RunError};
+use crate::metrics::MetricRow;
+
+const SIZE: (u32, u32) = (900, 560);
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// A named series of (x, y) points.
+type Series = (String, Vec<(f64, f64)>);
+
+/// Draws `task_reward`, `kl` and `combined_reward` against iteration (one line per agent) and
+/// task reward against KL, each as `<name>.png` and `<name>.svg` in `dir`.
+pub fn plot_run(rows: &[MetricRow], dir: &Path) -> Result<()> {
+    type Pick = fn(&MetricRow) -> f64;
+    let panels: [(&str, &str, Pick); 3] = [
+        ("task_reward", "task reward", |r| r.task_reward),
+        ("kl", "KL (nats)", |r| r.kl),
+        ("combined_reward", "task reward − β·KL", |r| r.combined_reward),
+    ];
+    for (name, label, pick) in panels {
+        let series = by_agent(rows, |r| (r.iteration as f64, pick(r)));
+        draw_lines(dir, name, "iteration", label, &series, false)?;
+    }
+    let series = by_agent(rows, |r| (r.kl, r.task_reward));
+    draw_lines(dir, "reward_vs_kl", "KL (nats)", "task reward", &series, true)
+}
+
+fn by_agent(rows: &[MetricRow], xy: impl Fn(&MetricRow) -> (f64, f64)) -> Vec<Series> {
+    let mut m: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rows {
+        m.entry(r.agent.clone()).or_default().push(xy(r));
+    }
+    m.into_iter().collect()
+}
+
+/// One point of a reward–KL frontier: mean ± std over seeds of one setting.
+#[derive(Debug, Clone)]
+pub struct FrontierPoint {
+    pub label: String,
+    pub kl_mean: f64,
+    pub kl_std: f64,
+    pub reward_mean: f64,
+    pub reward_std: f64,
+}
+
+/// Draws frontier points (grouped by `label`, e.g. the algorithm) with error bars.
+pub fn plot_frontier(points: &[FrontierPoint], dir: &Path, name: &str) -> Result<()> {
+    let png = dir.join(format!("{name}.png"));
+    let svg = dir.join(format!("{name}.svg"));
+    draw_frontier(BitMapBackend::new(&png, SIZE).into_drawing_area(), points)
+        .map_err(|e| plot_err(&png, e))?;
+    draw_frontier(SVGBackend::new(&svg, SIZE).into_drawing_area(), points)
+        .map_err(|e| plot_err(&svg, e))
+}
+
+fn draw_lines(
+    dir: &Path,
+    name: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[Series],
+    points_only: bool,
+) -> Result<()> {
+    let png = dir.join(format!("{name}.png"));
+    let svg = dir.join(format!("{name}.svg"));
+    let spec = LineSpec {
+        title: name,
+        xlabel,
+        ylabel,
+        series,
+        points_only,
+    };
+    spec.draw(BitMapBackend::new(&png, SIZE).into_drawing_area())
+        .map_err(|e| plot_err(&png, e))?;
+    spec.draw(SVGBackend::new(&svg, SIZE).into_drawing_area())
+        .map_err(|e| plot_err(&svg, e))
+}
+
+fn plot_err(path: &Path, e: Box<dyn std::error::Error>) -> RunError {
+    RunError::Plot {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+struct LineSpec<'a> {
+    title: &'a str,
+    xlabel: &'a str,
+    ylabel: &'a str,
+    series: &'a [Series],
+    points_only: bool,
+}
+
+impl LineSpec<'_> {
+    fn draw<DB: DrawingBackend>(
+        &self,
+        area: DrawingArea<DB, Shift>,
+    ) -> std::result::Result<(), Box<dyn std::error::Error>>
+    where
+        DB::ErrorType: 'static,
+    {
+        area.fill(&WHITE)?;
+        let all = self.series.iter().flat_map(|(_, p)| p.iter().copied());
+        let (xr, yr) = ranges(all);
+        let mut chart = ChartBuilder::on(&area)
+            .caption(self.title, ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(xr, yr)?;
+        chart
+            .configure_mesh()
+            .x_desc(self.xlabel)
+            .y_desc(self.ylabel)
+            .draw()?;
+        for (i, (label, pts)) in self.series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let style = ShapeStyle::from(&color).filled();
+            let anno = if self.points_only {
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, style)))?
+            } else {
+                chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            };
+            anno.label(label.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        area.present()?;
+        Ok(())
+    }
+}
+
+fn draw_frontier<DB: DrawingBackend>(
+    area: DrawingArea<DB, Shift>,
+    points: &[FrontierPoint],
+) -> std::result::Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    area.fill(&WHITE)?;
+    let corners = points.iter().flat_map(|p| {
+        [
+            (p.kl_mean - p.kl_std, p.reward_mean - p.reward_std),
+            (p.kl_mean + p.kl_std, p.reward_mean + p.reward_std),
+        ]
+    });
+    let (xr, yr) = ranges(corners);
+    let mut chart = ChartBuilder::on(&area)
+        .caption("task reward vs KL (mean ± std over seeds)", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xr, yr)?;
+    chart
+        .configure_mesh()
+        .x_desc("KL (nats)")
+        .y_desc("task reward")
+        .draw()?;
+    let mut labels: Vec<&str> = points.iter().map(|p| p.label.as_str()).collect();
+    labels.dedup();
+    labels.sort();
+    labels.dedup();
+    for (i, label) in labels.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let mine: Vec<&FrontierPoint> = points.iter().filter(|p| p.label == *label).collect();
+        chart.draw_series(mine.iter().map(|p| {
+            ErrorBar::new_vertical(
+                p.kl_mean,
+                p.reward_mean - p.reward_std,
+                p.reward_mean,
+                p.reward_mean + p.reward_std,
+                color.filled(),
+                6,
+            )
+        }))?;
+        chart.draw_series(mine.iter().map(|p| {
+            ErrorBar::new_horizontal(
+                p.reward_mean,
+                p.kl_mean - p.kl_std,
+                p.kl_mean,
+                p.kl_mean + p.kl_std,
+                color.filled(),
+                6,
+            )
+        }))?;
+        let style = ShapeStyle::from(&color).filled();
+        chart
+            .draw_series(
+                mine.iter()
+                    .map(|p| Circle::new((p.kl_mean, p.reward_mean), 5, style)),
+            )?
+            .label(*label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    area.present()?;
+    Ok(())
+}
+
+/// Axis ranges covering every finite point, padded by 5% (and never empty).
+fn ranges(
+    points: impl Iterator<Item = (f64, f64)>,
+) -> (std::ops::Range<f64>, std::ops::Range<f64>) {
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for (x, y) in points.filter(|(x, y)| x.is_finite() && y.is_finite()) {
+        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    }
+    (pad(x0, x1), pad(y0, y1))
+}
+
+fn pad(lo: f64, hi: f64) -> std::ops::Range<f64> {
+    if lo > hi {
+        return 0.0..1.0;
+    }
+    let m = ((hi - lo) * 0.05).max(1e-3);
+    (lo - m)..(hi + m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_ignore_non_finite_and_are_never_empty() {
+        let (x, y) = ranges([(1.0, 2.0), (f64::NAN, 5.0), (1.0, 2.0)].into_iter());
+        assert!(x.start < 1.0 && x.end > 1.0);
+        assert!(y.start < 2.0 && y.end > 2.0);
+        let (x, _) = ranges(std::iter::empty());
+        assert_eq!(x, 0.0..1.0);
+    }
+}
+
+#[cfg(test)]
+mod draw_tests {
+    use super::*;
+    use crate::metrics::MetricRow;
+
+    fn row(it: usize, agent: &str, r: f64) -> MetricRow {
+        MetricRow {
+            iteration: it,
+            agent: agent.into(),
+            role: "pioneer".into(),
+            task_reward: r,
+            kl: it as f64 * 0.2,
+            beta: 0.3,
+            combined_reward: r - 0.06 * it as f64,
+            policy_loss: 0.0,
+            value_loss: 0.0,
+            entropy: 0.0,
+            approxkl: 0.0,
+            clipfrac: 0.0,
+            response_len: 0.0,
+            pioneer_task_reward: r,
+            pioneer_kl: 0.0,
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn plot_run_writes_png_and_svg_files() {
+        let dir = std::env::temp_dir().join(format!("lmrl-plots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rows: Vec<_> = (0..10)
+            .flat_map(|i| [row(i, "llm1", i as f64 * 0.1), row(i, "llm2", i as f64 * 0.12)])
+            .collect();
+        plot_run(&rows, &dir).unwrap();
+        for name in ["task_reward", "kl", "combined_reward", "reward_vs_kl"] {
+            for ext in ["png", "svg"] {
+                let p = dir.join(format!("{name}.{ext}"));
+                let len = std::fs::metadata(&p).unwrap().len();
+                assert!(len > 1000, "{} is only {len} bytes", p.display());
+            }
+        }
+        let pts = vec![FrontierPoint {
+            label: "ppo".into(),
+            kl_mean: 1.0,
+            kl_std: 0.2,
+            reward_mean: 0.5,
+            reward_std: 0.1,
+        }];
+        plot_frontier(&pts, &dir, "frontier").unwrap();
+        assert!(dir.join("frontier.png").exists());
+        if std::env::var_os("LMRL_KEEP_PLOTS").is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
