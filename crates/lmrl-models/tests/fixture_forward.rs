@@ -668,3 +668,155 @@ fn lora_gradients_reach_only_the_adapters() {
     let emb = &m.model.embed_tokens.weight;
     assert!(emb.val().grad(&grads).is_none(), "frozen embeddings");
 }
+
+/// Timing of GPT-2-small-sized shapes (random weights): `cargo test --release -p lmrl-models
+/// --test fixture_forward perf -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn perf_gpt2_small_forward_backward_and_decode() {
+    let cfg = ModelConfig::from_hf_json(
+        Path::new("gpt2-small"),
+        &serde_json::json!({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+                            "n_embd": 768, "n_layer": 12, "n_head": 12}),
+    )
+    .expect("config");
+    let (b, s) = (8usize, 64usize);
+    let ids: Vec<Vec<i64>> = (0..b)
+        .map(|r| {
+            (0..s)
+                .map(|t| ((r * 997 + t * 31) % 50257) as i64)
+                .collect()
+        })
+        .collect();
+    let mask = vec![vec![1i64; s]; b];
+    let ad = device().autodiff();
+    let model = CausalLm::init(&cfg, &ad);
+    for rep in 0..2 {
+        let t0 = std::time::Instant::now();
+        let out = model.forward_simple(int_tensor(&ids, &ad), int_tensor(&mask, &ad));
+        let loss = log_softmax(out.logits, 2).mean();
+        let grads = loss.backward();
+        let g = model_grad_norm(&model, &grads);
+        println!(
+            "fwd+bwd {b}x{s} (rep {rep}): {:.2?} (|g| {g:e})",
+            t0.elapsed()
+        );
+    }
+    let dev = device();
+    let model = CausalLm::init(&cfg, &dev);
+    let mut cache = model.new_cache();
+    let t0 = std::time::Instant::now();
+    let prompt: Vec<Vec<i64>> = ids.iter().map(|r| r[..16].to_vec()).collect();
+    let mut m: Vec<Vec<i64>> = vec![vec![1; 16]; b];
+    let pos: Vec<Vec<i64>> = vec![(0..16).collect(); b];
+    let mut out = model.forward(
+        int_tensor(&prompt, &dev),
+        int_tensor(&pos, &dev),
+        int_tensor(&m, &dev),
+        Some(&mut cache),
+    );
+    let new = 32;
+    for step in 0..new {
+        let [_, sq, v] = out.logits.dims();
+        let next = out
+            .logits
+            .narrow(1, sq - 1, 1)
+            .reshape([b, v])
+            .argmax(1)
+            .reshape([b, 1]);
+        m.iter_mut().for_each(|r| r.push(1));
+        let p = Tensor::<2, Int>::full([b, 1], 16 + step as i64, &dev);
+        out = model.forward(next, p, int_tensor(&m, &dev), Some(&mut cache));
+    }
+    let _ = out.logits.narrow(1, 0, 1).into_data();
+    let el = t0.elapsed();
+    println!(
+        "decode {new} tokens x {b} rows: {el:.2?} = {:.1} tok/s",
+        (new * b) as f64 / el.as_secs_f64()
+    );
+}
+
+fn model_grad_norm(model: &CausalLm, grads: &burn::tensor::Gradients) -> f32 {
+    let CausalLm::Gpt2(m) = model else { return 0.0 };
+    m.wte
+        .weight
+        .val()
+        .grad(grads)
+        .map_or(0.0, |g| g.abs().sum().into_scalar())
+}
+
+#[test]
+#[ignore]
+fn perf_breakdown() {
+    use burn::tensor::module::linear;
+    let cfg = ModelConfig::from_hf_json(
+        Path::new("gpt2-small"),
+        &serde_json::json!({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024,
+                            "n_embd": 768, "n_layer": 12, "n_head": 12}),
+    )
+    .expect("config");
+    let (b, s) = (8usize, 64usize);
+    let dev = device();
+    let model = CausalLm::init(&cfg, &dev);
+    let CausalLm::Gpt2(m) = &model else {
+        unreachable!()
+    };
+    let ids: Vec<Vec<i64>> = (0..b)
+        .map(|r| {
+            (0..s)
+                .map(|t| ((r * 997 + t * 31) % 50257) as i64)
+                .collect()
+        })
+        .collect();
+    let mask = vec![vec![1i64; s]; b];
+    let time = |label: &str, f: &dyn Fn() -> f32| {
+        let _ = f();
+        let t0 = std::time::Instant::now();
+        let x = f();
+        println!("{label}: {:.1?} ({x})", t0.elapsed());
+    };
+    time("full forward no-grad", &|| {
+        let o = model.forward_simple(int_tensor(&ids, &dev), int_tensor(&mask, &dev));
+        o.logits.narrow(1, 0, 1).sum().into_scalar()
+    });
+    let h = Tensor::<3>::random(
+        [b, s, 768],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &dev,
+    );
+    time("head linear(transposed wte)", &|| {
+        linear(h.clone(), m.wte.weight.val().transpose(), None)
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    let wt = m.wte.weight.val().transpose().into_data();
+    let wt = Tensor::<2>::from_data(wt, &dev);
+    time("head linear(contiguous wte^T)", &|| {
+        linear(h.clone(), wt.clone(), None)
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    time("head matmul(h, wte^T)", &|| {
+        h.clone()
+            .reshape([b * s, 768])
+            .matmul(m.wte.weight.val().transpose())
+            .narrow(0, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    let x = h.clone();
+    time("one block", &|| {
+        let bias = lmrl_models::attention::attention_bias(int_tensor(&mask, &dev), 0, s);
+        let q = lmrl_models::attention::split_heads(x.clone(), 12);
+        let c = lmrl_models::attention::attend(q.clone(), q.clone(), q, bias);
+        m.h[0]
+            .mlp
+            .c_proj
+            .forward(m.h[0].mlp.c_fc.forward(c))
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+}

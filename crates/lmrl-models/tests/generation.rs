@@ -79,13 +79,13 @@ fn strip_padding(ids: &[Vec<i64>], mask: &[Vec<i64>]) -> Vec<Vec<u32>> {
 
 fn to_vec2(t: Tensor<2>) -> Vec<Vec<f32>> {
     let [_, c] = t.dims();
-    let v = t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let v = t.try_into_vec_as::<f32>().unwrap();
     v.chunks(c).map(<[f32]>::to_vec).collect()
 }
 
 fn to_ivec2(t: Tensor<2, Int>) -> Vec<Vec<i64>> {
     let [_, c] = t.dims();
-    let v = t.into_data().convert::<i64>().into_vec::<i64>().unwrap();
+    let v = t.try_into_vec_as::<i64>().unwrap();
     v.chunks(c).map(<[i64]>::to_vec).collect()
 }
 
@@ -508,11 +508,9 @@ fn response_logprobs_backpropagates() {
     let (lp, _) = response_logprobs(logits.clone(), &batch);
     let grads = lp.sum().backward();
     let g = logits.grad(&grads).expect("logits get a gradient");
-    let g = g.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let g = g.try_into_vec_as::<f32>().unwrap();
     let probs = burn::tensor::activation::softmax(logits.inner(), 2)
-        .into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
+        .try_into_vec_as::<f32>()
         .unwrap();
     for bi in 0..b {
         let (q, y) = (small_q[bi].len(), &small[bi]);

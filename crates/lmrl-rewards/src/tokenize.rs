@@ -61,7 +61,11 @@ impl SpacyTokenizer {
             };
             let field = format!("exceptions[{text:?}]");
             let Value::Array(pieces) = v else {
-                return Err(RewardError::format(path, field, "an array of token attributes"));
+                return Err(RewardError::format(
+                    path,
+                    field,
+                    "an array of token attributes",
+                ));
             };
             let mut orths = Vec::with_capacity(pieces.len());
             for p in pieces {
@@ -73,7 +77,11 @@ impl SpacyTokenizer {
                     _ => None,
                 };
                 let Some(orth) = orth else {
-                    return Err(RewardError::format(path, field, "an ORTH (65) string per token"));
+                    return Err(RewardError::format(
+                        path,
+                        field,
+                        "an ORTH (65) string per token",
+                    ));
                 };
                 orths.push(orth.to_string());
             }
@@ -208,7 +216,10 @@ impl Default for SpacyTokenizer {
 
 fn map_get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     match v {
-        Value::Map(m) => m.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v),
+        Value::Map(m) => m
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v),
         _ => None,
     }
 }
@@ -300,7 +311,10 @@ fn find_prefix(s: &str) -> usize {
 fn dot_suffix_after(c: char) -> bool {
     is_digit(c)
         || c.is_lowercase()
-        || matches!(c, '%' | '²' | '-' | '+' | '|' | '\\' | '(' | '?' | ':' | ')')
+        || matches!(
+            c,
+            '%' | '²' | '-' | '+' | '|' | '\\' | '(' | '?' | ':' | ')'
+        )
         || PUNCT.contains(&c)
         || QUOTES.contains(&c)
 }
@@ -346,7 +360,8 @@ fn find_suffix(s: &str) -> usize {
         }
     }
     // `(?<=[0-9])(?:CURRENCY|UNITS)$`
-    let after_digit = |start: usize| start > 0 && s[..start].chars().next_back().is_some_and(is_digit);
+    let after_digit =
+        |start: usize| start > 0 && s[..start].chars().next_back().is_some_and(is_digit);
     for unit in UNITS.iter().chain(CURRENCY_STRINGS) {
         if s.len() > unit.len() && s.ends_with(unit) && after_digit(len - unit.len()) {
             best = best.min(len - unit.len());
@@ -491,7 +506,10 @@ fn is_url(s: &str) -> bool {
 fn builtin_exceptions() -> HashMap<String, Vec<String>> {
     let mut m: HashMap<String, Vec<String>> = HashMap::new();
     let mut add = |pieces: &[&str]| {
-        m.insert(pieces.concat(), pieces.iter().map(|p| p.to_string()).collect());
+        m.insert(
+            pieces.concat(),
+            pieces.iter().map(|p| p.to_string()).collect(),
+        );
     };
     let capitalize = |s: &str| {
         let mut cs = s.chars();
@@ -546,7 +564,9 @@ fn builtin_exceptions() -> HashMap<String, Vec<String>> {
             }
         }
         // Clitics that stand alone after splitting.
-        for t in ["s", "S", "m", "re", "ve", "ll", "d", "em", "cause", "bout", "nuff"] {
+        for t in [
+            "s", "S", "m", "re", "ve", "ll", "d", "em", "cause", "bout", "nuff",
+        ] {
             add(&[&format!("{apo}{t}")]);
         }
         add(&[&format!("n{apo}t")]);
@@ -563,12 +583,84 @@ fn builtin_exceptions() -> HashMap<String, Vec<String>> {
     add(&["got", "ta"]);
     // Emoticons that would otherwise be split at punctuation.
     for e in [
-        ":)", ":-)", ":))", ":-))", ":(", ":-(", ":((", ";)", ";-)", ":D", ":-D", ";D", ":P", ":p",
-        ":-P", ":-p", ":/", ":-/", ":|", ":-|", ":'(", ":')", ":o", ":O", ":-o", ":-O", ":*",
-        ":-*", ":3", ":]", ":-]", ":>", "=)", "=(", "=D", "=/", "=]", "=[", "=|", ":}", "<3",
-        "</3", "<33", "(:", "(-:", "):", ")-:", "(;", "(=", "-_-", "-__-", "^_^", "(^_^)", "o.O",
-        "O.o", "0_o", "0_0", "o_o", "O_O", "o_O", "O_o", "8)", "8-)", "8D", "8-D", "xD", "xDD",
-        "XD", ":-3", ":-x", ":x", ":X", ";_;", ">.<", "<.<", ">.>", "@_@", "¯\\(ツ)/¯",
+        ":)",
+        ":-)",
+        ":))",
+        ":-))",
+        ":(",
+        ":-(",
+        ":((",
+        ";)",
+        ";-)",
+        ":D",
+        ":-D",
+        ";D",
+        ":P",
+        ":p",
+        ":-P",
+        ":-p",
+        ":/",
+        ":-/",
+        ":|",
+        ":-|",
+        ":'(",
+        ":')",
+        ":o",
+        ":O",
+        ":-o",
+        ":-O",
+        ":*",
+        ":-*",
+        ":3",
+        ":]",
+        ":-]",
+        ":>",
+        "=)",
+        "=(",
+        "=D",
+        "=/",
+        "=]",
+        "=[",
+        "=|",
+        ":}",
+        "<3",
+        "</3",
+        "<33",
+        "(:",
+        "(-:",
+        "):",
+        ")-:",
+        "(;",
+        "(=",
+        "-_-",
+        "-__-",
+        "^_^",
+        "(^_^)",
+        "o.O",
+        "O.o",
+        "0_o",
+        "0_0",
+        "o_o",
+        "O_O",
+        "o_O",
+        "O_o",
+        "8)",
+        "8-)",
+        "8D",
+        "8-D",
+        "xD",
+        "xDD",
+        "XD",
+        ":-3",
+        ":-x",
+        ":x",
+        ":X",
+        ";_;",
+        ">.<",
+        "<.<",
+        ">.>",
+        "@_@",
+        "¯\\(ツ)/¯",
     ] {
         add(&[e]);
     }
@@ -651,20 +743,27 @@ mod tests {
     fn whitespace_tokens_and_specials() {
         assert_eq!(
             tok("Visually stunning\nbut empty.\n\nStill"),
-            ["Visually", "stunning", "\n", "but", "empty", ".", "\n\n", "Still"]
+            [
+                "Visually", "stunning", "\n", "but", "empty", ".", "\n\n", "Still"
+            ]
         );
         assert_eq!(tok("a  b"), ["a", " ", "b"]);
         assert_eq!(tok(""), Vec::<String>::new());
         assert_eq!(tok("convincing :)"), ["convincing", ":)"]);
         assert_eq!(tok("“quotes”"), ["“", "quotes", "”"]);
-        assert_eq!(tok("see www.example.com/x?y now"), ["see", "www.example.com/x?y", "now"]);
+        assert_eq!(
+            tok("see www.example.com/x?y now"),
+            ["see", "www.example.com/x?y", "now"]
+        );
         assert_eq!(tok("https://a.org"), ["https://a.org"]);
     }
 
     #[test]
     fn never_loses_text() {
         let t = SpacyTokenizer::english();
-        for s in ["a(b)c", "--x--", "'''", "...", "$5.99!", "e.g.,", "  lead", "x\t\ty", "é—ü"] {
+        for s in [
+            "a(b)c", "--x--", "'''", "...", "$5.99!", "e.g.,", "  lead", "x\t\ty", "é—ü",
+        ] {
             let toks = t.tokenize(s);
             let joined: String = toks.concat();
             let stripped: String = s.chars().filter(|&c| c != ' ').collect();

@@ -22,30 +22,155 @@ const N_SCALAR: f64 = -0.74;
 const ALPHA: f64 = 15.0;
 
 const NEGATE: &[&str] = &[
-    "aint", "arent", "cannot", "cant", "couldnt", "darent", "didnt", "doesnt", "ain't", "aren't",
-    "can't", "couldn't", "daren't", "didn't", "doesn't", "dont", "hadnt", "hasnt", "havent",
-    "isnt", "mightnt", "mustnt", "neither", "don't", "hadn't", "hasn't", "haven't", "isn't",
-    "mightn't", "mustn't", "neednt", "needn't", "never", "none", "nope", "nor", "not", "nothing",
-    "nowhere", "oughtnt", "shant", "shouldnt", "uhuh", "wasnt", "werent", "oughtn't", "shan't",
-    "shouldn't", "uh-uh", "wasn't", "weren't", "without", "wont", "wouldnt", "won't", "wouldn't",
-    "rarely", "seldom", "despite",
+    "aint",
+    "arent",
+    "cannot",
+    "cant",
+    "couldnt",
+    "darent",
+    "didnt",
+    "doesnt",
+    "ain't",
+    "aren't",
+    "can't",
+    "couldn't",
+    "daren't",
+    "didn't",
+    "doesn't",
+    "dont",
+    "hadnt",
+    "hasnt",
+    "havent",
+    "isnt",
+    "mightnt",
+    "mustnt",
+    "neither",
+    "don't",
+    "hadn't",
+    "hasn't",
+    "haven't",
+    "isn't",
+    "mightn't",
+    "mustn't",
+    "neednt",
+    "needn't",
+    "never",
+    "none",
+    "nope",
+    "nor",
+    "not",
+    "nothing",
+    "nowhere",
+    "oughtnt",
+    "shant",
+    "shouldnt",
+    "uhuh",
+    "wasnt",
+    "werent",
+    "oughtn't",
+    "shan't",
+    "shouldn't",
+    "uh-uh",
+    "wasn't",
+    "weren't",
+    "without",
+    "wont",
+    "wouldnt",
+    "won't",
+    "wouldn't",
+    "rarely",
+    "seldom",
+    "despite",
 ];
 
 const BOOST_UP: &[&str] = &[
-    "absolutely", "amazingly", "awfully", "completely", "considerable", "considerably",
-    "decidedly", "deeply", "effing", "enormous", "enormously", "entirely", "especially",
-    "exceptional", "exceptionally", "extreme", "extremely", "fabulously", "flipping", "flippin",
-    "frackin", "fracking", "fricking", "frickin", "frigging", "friggin", "fully", "fuckin",
-    "fucking", "fuggin", "fugging", "greatly", "hella", "highly", "hugely", "incredible",
-    "incredibly", "intensely", "major", "majorly", "more", "most", "particularly", "purely",
-    "quite", "really", "remarkably", "so", "substantially", "thoroughly", "total", "totally",
-    "tremendous", "tremendously", "uber", "unbelievably", "unusually", "utter", "utterly", "very",
+    "absolutely",
+    "amazingly",
+    "awfully",
+    "completely",
+    "considerable",
+    "considerably",
+    "decidedly",
+    "deeply",
+    "effing",
+    "enormous",
+    "enormously",
+    "entirely",
+    "especially",
+    "exceptional",
+    "exceptionally",
+    "extreme",
+    "extremely",
+    "fabulously",
+    "flipping",
+    "flippin",
+    "frackin",
+    "fracking",
+    "fricking",
+    "frickin",
+    "frigging",
+    "friggin",
+    "fully",
+    "fuckin",
+    "fucking",
+    "fuggin",
+    "fugging",
+    "greatly",
+    "hella",
+    "highly",
+    "hugely",
+    "incredible",
+    "incredibly",
+    "intensely",
+    "major",
+    "majorly",
+    "more",
+    "most",
+    "particularly",
+    "purely",
+    "quite",
+    "really",
+    "remarkably",
+    "so",
+    "substantially",
+    "thoroughly",
+    "total",
+    "totally",
+    "tremendous",
+    "tremendously",
+    "uber",
+    "unbelievably",
+    "unusually",
+    "utter",
+    "utterly",
+    "very",
 ];
 
 const BOOST_DOWN: &[&str] = &[
-    "almost", "barely", "hardly", "just enough", "kind of", "kinda", "kindof", "kind-of", "less",
-    "little", "marginal", "marginally", "occasional", "occasionally", "partly", "scarce",
-    "scarcely", "slight", "slightly", "somewhat", "sort of", "sorta", "sortof", "sort-of",
+    "almost",
+    "barely",
+    "hardly",
+    "just enough",
+    "kind of",
+    "kinda",
+    "kindof",
+    "kind-of",
+    "less",
+    "little",
+    "marginal",
+    "marginally",
+    "occasional",
+    "occasionally",
+    "partly",
+    "scarce",
+    "scarcely",
+    "slight",
+    "slightly",
+    "somewhat",
+    "sort of",
+    "sorta",
+    "sortof",
+    "sort-of",
 ];
 
 const SPECIAL_CASES: &[(&str, f64)] = &[
@@ -101,8 +226,8 @@ impl Vader {
         let mut v = Self::from_lexicon_str(lexicon, &text)?;
         let emoji_path = lexicon.with_file_name("emoji_utf8_lexicon.txt");
         if emoji_path.is_file() {
-            let text =
-                std::fs::read_to_string(&emoji_path).map_err(|e| RewardError::io(&emoji_path, e))?;
+            let text = std::fs::read_to_string(&emoji_path)
+                .map_err(|e| RewardError::io(&emoji_path, e))?;
             for (n, line) in text.trim_end_matches('\n').split('\n').enumerate() {
                 let mut parts = line.trim().split('\t');
                 let (Some(e), Some(desc)) = (parts.next(), parts.next()) else {
@@ -161,9 +286,12 @@ impl Vader {
             }
             let mut parts = line.trim().split('\t');
             let word = parts.next().unwrap_or_default();
-            let value = parts.next().and_then(|m| m.trim().parse::<f64>().ok()).ok_or_else(|| {
-                RewardError::format(path, format!("line {}", n + 1), "token<TAB>float valence")
-            })?;
+            let value = parts
+                .next()
+                .and_then(|m| m.trim().parse::<f64>().ok())
+                .ok_or_else(|| {
+                    RewardError::format(path, format!("line {}", n + 1), "token<TAB>float valence")
+                })?;
             lexicon.insert(word.to_string(), value);
         }
         let boosters = BOOST_UP
@@ -336,8 +464,7 @@ fn negation_check(mut valence: f64, lower: &[String], start_i: usize, i: usize) 
         }
         _ => {
             // Python precedence: (never and (so|this)) or (w(1) in so|this).
-            if (w(3) == "never" && matches!(w(2), "so" | "this")) || matches!(w(1), "so" | "this")
-            {
+            if (w(3) == "never" && matches!(w(2), "so" | "this")) || matches!(w(1), "so" | "this") {
                 valence *= 1.25;
             } else if w(3) == "without" && (w(2) == "doubt" || w(1) == "doubt") {
             } else if negated(w(3)) {

@@ -8,14 +8,21 @@ fn matrix(v: &serde_json::Value) -> Vec<Vec<f64>> {
     v.as_array()
         .expect("rows")
         .iter()
-        .map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("number")).collect())
+        .map(|r| {
+            r.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("number"))
+                .collect()
+        })
         .collect()
 }
 
 #[test]
 fn logits_match_transformers() {
     let device = Device::flex();
-    let model = load_distilbert(&common::fixture("distilbert-tiny"), &device).unwrap_or_else(|e| panic!("{e}"));
+    let model = load_distilbert(&common::fixture("distilbert-tiny"), &device)
+        .unwrap_or_else(|e| panic!("{e}"));
     let fx = common::read_json("distilbert-tiny/expected.json");
     let ids = matrix(&fx["forward"]["input_ids"]);
     let mask = matrix(&fx["forward"]["attention_mask"]);
@@ -24,7 +31,12 @@ fn logits_match_transformers() {
     let flat = |m: &[Vec<f64>]| m.iter().flatten().map(|&x| x as i64).collect::<Vec<_>>();
     let input = Tensor::<2, Int>::from_data(TensorData::new(flat(&ids), [b, s]), &device);
     let am = Tensor::<2, Int>::from_data(TensorData::new(flat(&mask), [b, s]), &device);
-    let got: Vec<f32> = model.logits(input, am).into_data().convert::<f32>().to_vec().expect("f32 logits");
+    let got: Vec<f32> = model
+        .logits(input, am)
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 logits");
     assert_eq!(got.len(), b * 2);
     for (i, row) in want.iter().enumerate() {
         for (j, &w) in row.iter().enumerate() {
@@ -36,21 +48,40 @@ fn logits_match_transformers() {
     let rows: Vec<Vec<u32>> = ids
         .iter()
         .zip(&mask)
-        .map(|(r, m)| r.iter().zip(m).filter(|(_, m)| **m > 0.0).map(|(x, _)| *x as u32).collect())
+        .map(|(r, m)| {
+            r.iter()
+                .zip(m)
+                .filter(|(_, m)| **m > 0.0)
+                .map(|(x, _)| *x as u32)
+                .collect()
+        })
         .collect();
-    let host = model.logits_for_ids(&rows, &device).unwrap_or_else(|e| panic!("{e}"));
+    let host = model
+        .logits_for_ids(&rows, &device)
+        .unwrap_or_else(|e| panic!("{e}"));
     for (i, row) in want.iter().enumerate() {
-        assert!((f64::from(host[i][1]) - row[1]).abs() < 1e-4, "row {i}: {:?} vs {row:?}", host[i]);
+        assert!(
+            (f64::from(host[i][1]) - row[1]).abs() < 1e-4,
+            "row {i}: {:?} vs {row:?}",
+            host[i]
+        );
     }
     assert_eq!(model.config().positive_index(), 1);
-    assert!(model.check_inputs(&[vec![5000]]).is_err(), "ids beyond the vocabulary are rejected");
+    assert!(
+        model.check_inputs(&[vec![5000]]).is_err(),
+        "ids beyond the vocabulary are rejected"
+    );
 }
 
 #[test]
 fn missing_tensor_is_named() {
     let dir = std::env::temp_dir().join(format!("lmrl-rewards-distilbert-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
-    std::fs::copy(common::fixture("distilbert-tiny/config.json"), dir.join("config.json")).expect("copy");
+    std::fs::copy(
+        common::fixture("distilbert-tiny/config.json"),
+        dir.join("config.json"),
+    )
+    .expect("copy");
     std::fs::write(dir.join("model.safetensors"), b"not a safetensors file").expect("write");
     let err = load_distilbert(&dir, &Device::flex()).expect_err("bad file");
     assert!(err.to_string().contains("model.safetensors"), "{err}");

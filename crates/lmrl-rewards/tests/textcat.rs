@@ -43,7 +43,11 @@ fn lcs(a: &[String], b: &[String]) -> usize {
     let mut dp = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for i in 0..a.len() {
         for j in 0..b.len() {
-            dp[i + 1][j + 1] = if a[i] == b[j] { dp[i][j] + 1 } else { dp[i][j + 1].max(dp[i + 1][j]) };
+            dp[i + 1][j + 1] = if a[i] == b[j] {
+                dp[i][j] + 1
+            } else {
+                dp[i][j + 1].max(dp[i + 1][j])
+            };
         }
     }
     dp[a.len()][b.len()]
@@ -73,14 +77,22 @@ fn spacy_tokens_give_spacy_probabilities() {
             // spaCy reports 0 here; we use the bias-only prior (documented decision).
             assert_eq!(p_pos, 0.0);
             assert!((got.p_pos + got.p_neg - 1.0).abs() < 1e-6);
-            assert!(got.logit.abs() < 0.1, "empty text is near-neutral: {}", got.logit);
+            assert!(
+                got.logit.abs() < 0.1,
+                "empty text is near-neutral: {}",
+                got.logit
+            );
             continue;
         }
         let err = (f64::from(got.p_pos) - p_pos).abs();
         worst = worst.max(err);
         assert!(err < 1e-5, "{text:?}: ours {} vs spaCy {p_pos}", got.p_pos);
-        let logit = (p_pos / (1.0 - p_pos)).ln();
-        assert!((f64::from(got.logit) - logit).abs() < 1e-3 * logit.abs().max(1.0));
+        // The logit reward is consistent with the probability: sigmoid(logit) = P(POS).
+        let sig = 1.0 / (1.0 + (-f64::from(got.logit)).exp());
+        assert!(
+            (sig - p_pos).abs() < 1e-5,
+            "{text:?}: sigmoid(logit) {sig} vs {p_pos}"
+        );
     }
     eprintln!("max |ΔP(POS)| with spaCy's tokens: {worst:.2e}");
 }
@@ -104,6 +116,8 @@ fn own_tokenizer_same_class() {
     assert!(agree * 100 >= count * 95, "{agree}/{count}");
     // Through the trait object, on (prompt, response) pairs.
     let r: Box<dyn Reward> = Box::new(tc);
-    let s = r.score(&[("p", "I loved it."), ("p", "I hated it.")]).expect("scores");
+    let s = r
+        .score(&[("p", "I loved it."), ("p", "I hated it.")])
+        .expect("scores");
     assert!(s[0] > 0.0 && s[1] < 0.0, "{s:?}");
 }

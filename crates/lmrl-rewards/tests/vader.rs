@@ -7,7 +7,11 @@ use lmrl_rewards::Vader;
 #[ignore = "needs the vader lexicon asset"]
 fn compound_matches_vader_sentiment() {
     let v = Vader::load_default().unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(v.lexicon_len(), 7506, "distinct tokens of vader_lexicon.txt");
+    assert_eq!(
+        v.lexicon_len(),
+        7506,
+        "distinct tokens of vader_lexicon.txt"
+    );
     let fx = common::read_json("vader/expected.json");
     let cases = fx["cases"].as_array().expect("cases");
     assert!(cases.len() >= 50);
@@ -15,6 +19,9 @@ fn compound_matches_vader_sentiment() {
         let text = c["text"].as_str().expect("text");
         let want = c["compound"].as_f64().expect("compound");
         let got = v.compound(text);
-        assert!((got - want).abs() < 1e-9, "{text:?}: ours {got} vs VADER {want}");
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{text:?}: ours {got} vs VADER {want}"
+        );
     }
 }

@@ -11,6 +11,8 @@ pub enum RunError {
     },
     #[error("{path}: {reason}")]
     Format { path: PathBuf, reason: String },
+    #[error("cannot write checkpoint {path}: {reason}")]
+    Checkpoint { path: PathBuf, reason: String },
     #[error("cannot draw {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
 }

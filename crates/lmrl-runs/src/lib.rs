@@ -5,12 +5,14 @@
 //! Every file is written so that an interrupted run never leaves a half-written file behind:
 //! whole files go through [`atomic_write`]; append-only logs are flushed row by row and
 //! truncated back to the last complete row on resume.
+pub mod checkpoint;
 pub mod error;
 pub mod files;
 pub mod metrics;
 pub mod plots;
 
+pub use checkpoint::{CheckpointDir, FillError};
 pub use error::{Result, RunError};
 pub use files::{atomic_write, write_toml};
-pub use metrics::{MetricRow, MetricsLog, SamplesLog};
+pub use metrics::{MetricRow, MetricsLog, SamplesLog, read_rows};
 pub use plots::{FrontierPoint, plot_frontier, plot_run};

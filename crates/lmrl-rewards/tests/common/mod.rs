@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 /// `tests/fixtures/<rel>` at the workspace root.
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(rel)
 }
 
 pub fn read_json(rel: &str) -> serde_json::Value {

@@ -1,0 +1,66 @@
+//! `imdb-app generate`: continue a prompt with a trained checkpoint.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use lmrl_models::{GenerationConfig, Sampling, generate, load_causal_lm};
+use lmrl_runs::CheckpointDir;
+
+use crate::cli::GenerateArgs;
+use crate::setup;
+
+/// A run directory → its latest checkpoint's copy `agent` (or `policy` for PPO runs); anything
+/// else is used as given.
+fn model_dir(arg: &str, agent: &str, cache: &lmrl_data::AssetCache) -> Result<PathBuf> {
+    let p = Path::new(arg);
+    let ckpts = CheckpointDir::new(p.join("checkpoints"));
+    if p.is_dir()
+        && let Some((_, latest)) = ckpts.latest()?
+    {
+        for name in [agent, "policy"] {
+            if latest.join(name).join("config.json").is_file() {
+                return Ok(latest.join(name));
+            }
+        }
+        bail!("{} has no copy named `{agent}`", latest.display());
+    }
+    if p.is_dir() && !p.join("config.json").is_file() {
+        bail!(
+            "{} is neither a checkpoint (config.json) nor a run directory (checkpoints/)",
+            p.display()
+        );
+    }
+    setup::resolve_path_or_asset(cache, arg)
+}
+
+pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
+    let cache = setup::asset_cache(args.cache_dir.as_deref())?;
+    let dir = model_dir(&args.model, &args.agent, &cache)?;
+    let (tok, _) = setup::load_tokenizer(&dir)?;
+    let device = crate::select_device();
+    device.seed(args.seed);
+    let lm = load_causal_lm(&dir, &device)
+        .with_context(|| format!("cannot load {}", dir.display()))?;
+    let ids = tok.encode(&args.prompt)?;
+    if ids.is_empty() {
+        bail!("the prompt encodes to no tokens");
+    }
+    let cfg = GenerationConfig {
+        sampling: if args.greedy {
+            Sampling::Greedy
+        } else {
+            Sampling::pure()
+        },
+        max_new_tokens: args.max_new_tokens,
+        repetition_penalty: 1.0,
+        eos_token_id: tok.eos_token_id(),
+        pad_token_id: tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0),
+        seed: args.seed,
+    };
+    let prompts = vec![ids; args.num.max(1)];
+    let g = generate(&lm, &prompts, &cfg, &device)?;
+    for y in &g.tokens {
+        println!("{}{}", args.prompt, tok.decode(y)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,154 @@
+//! Turning the names in a [`RunConfig`] into things: asset cache, policy path and tokenizer,
+//! reward model, review prompts.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use lmrl_data::{AssetCache, ImdbPrompt, PromptConfig, ReadOptions, Review, build_prompts};
+use lmrl_models::{LmTokenizer, ModelConfig};
+use lmrl_rewards::{DistilBertReward, Reward, RewardError, TextCat, Vader};
+
+use crate::config::RunConfig;
+
+/// The asset cache at `dir`, or the default location.
+pub fn asset_cache(dir: Option<&Path>) -> Result<AssetCache> {
+    Ok(match dir {
+        Some(d) => AssetCache::new(d),
+        None => AssetCache::from_env().context("cannot locate the asset cache")?,
+    })
+}
+
+/// A path on disk if `name` exists, else a named asset resolved (and fetched) by the cache.
+pub fn resolve_path_or_asset(cache: &AssetCache, name: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(name);
+    if p.exists() {
+        return Ok(p);
+    }
+    cache.resolve(name).with_context(|| {
+        format!("`{name}` is neither an existing path nor an asset that could be fetched")
+    })
+}
+
+/// The model's tokenizer, checked against the model's vocabulary: every token id the
+/// tokenizer can produce must be an embedding row of the model.
+pub fn load_tokenizer(model_path: &Path) -> Result<(LmTokenizer, ModelConfig)> {
+    let config = model_config(model_path)?;
+    let tok = LmTokenizer::load_for_model(model_path)
+        .with_context(|| format!("no tokenizer for the model {}", model_path.display()))?;
+    let (tv, mv) = (tok.vocab_size(), config.vocab_size());
+    if tv > mv {
+        bail!(
+            "the tokenizer of {} has {tv} tokens but the model's vocabulary has only {mv}: \
+             they do not belong together",
+            model_path.display()
+        );
+    }
+    Ok((tok, config))
+}
+
+/// The model's configuration without loading its weights.
+pub fn model_config(path: &Path) -> Result<ModelConfig> {
+    if path.is_file() {
+        let file = lmrl_models::GgufFile::open(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let v = lmrl_models::gguf::llama_hf_config_json(&file.meta)?;
+        return Ok(ModelConfig::from_hf_json(path, &v)?);
+    }
+    Ok(ModelConfig::from_file(&path.join("config.json"))?)
+}
+
+/// A reward by name: `textcat`, `vader`, or `distilbert:DIR` (also `distilbert=DIR`).
+pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Box<dyn Reward>> {
+    let (kind, arg) = match spec.split_once([':', '=']) {
+        Some((k, a)) => (k, Some(a)),
+        None => (spec, None),
+    };
+    Ok(match (kind, arg) {
+        ("textcat", None) => {
+            let dir = cache.resolve("imdb-textcat")?;
+            Box::new(TextCat::load(&dir)?)
+        }
+        ("textcat", Some(dir)) => Box::new(TextCat::load(Path::new(dir))?),
+        ("vader", None) => Box::new(Vader::load(&cache.resolve("vader")?)?),
+        ("vader", Some(lex)) => Box::new(Vader::load(Path::new(lex))?),
+        ("distilbert", Some(dir)) => Box::new(DistilBertReward::load(Path::new(dir), device)?),
+        ("distilbert", None) => bail!("`--reward distilbert` needs a directory: distilbert:DIR"),
+        _ => bail!("unknown reward `{spec}`: use textcat, vader or distilbert:DIR"),
+    })
+}
+
+/// Scores each full text `q + y` (the reference scores `decode(q) + decode(y)`), naming the
+/// iteration when the reward fails or returns the wrong number of scores.
+pub fn score_texts(
+    reward: &dyn Reward,
+    texts: &[String],
+    iteration: usize,
+) -> Result<Vec<f32>> {
+    let batch: Vec<(&str, &str)> = texts.iter().map(|t| ("", t.as_str())).collect();
+    let scores = reward.score(&batch).map_err(|e: RewardError| {
+        anyhow::anyhow!(
+            "reward `{}` failed on iteration {iteration}: {e}",
+            reward.name()
+        )
+    })?;
+    if scores.len() != texts.len() {
+        bail!(
+            "reward `{}` returned {} scores for {} texts on iteration {iteration}",
+            reward.name(),
+            scores.len(),
+            texts.len()
+        );
+    }
+    if let Some(i) = scores.iter().position(|s| !s.is_finite()) {
+        bail!(
+            "reward `{}` gave a non-finite score ({}) on iteration {iteration}, sample {i}: {:?}",
+            reward.name(),
+            scores[i],
+            texts[i]
+        );
+    }
+    Ok(scores)
+}
+
+/// Reads every review source and builds the prompts (first 2–7 tokens of each review).
+pub fn load_prompts(
+    cfg: &RunConfig,
+    cache: &AssetCache,
+    tok: &LmTokenizer,
+) -> Result<Vec<ImdbPrompt>> {
+    let mut reviews: Vec<Review> = Vec::new();
+    for src in &cfg.data {
+        let path = resolve_path_or_asset(cache, src)?;
+        let report = lmrl_data::read_reviews(&path, None, ReadOptions::skip_bad_rows())
+            .with_context(|| format!("cannot read reviews from {}", path.display()))?;
+        if report.skipped_count() > 0 {
+            eprintln!(
+                "note: {} unreadable rows skipped in {}",
+                report.skipped_count(),
+                path.display()
+            );
+        }
+        reviews.extend(report.items);
+    }
+    let pc = PromptConfig {
+        min_chars: cfg.min_review_chars,
+        min_tokens: cfg.prompt_tokens_min,
+        max_tokens: cfg.prompt_tokens_max,
+        strip_br: true,
+        seed: cfg.seed,
+    };
+    let encode = |t: &str| tok.encode(t).unwrap_or_default();
+    let decode = |ids: &[u32]| tok.decode(ids).unwrap_or_default();
+    let prompts = build_prompts(&reviews, &pc, &encode, &decode)?;
+    if prompts.len() < cfg.batch_size {
+        bail!(
+            "only {} prompts from {} reviews (after dropping reviews of ≤ {} characters), \
+             fewer than one batch of {}",
+            prompts.len(),
+            reviews.len(),
+            cfg.min_review_chars,
+            cfg.batch_size
+        );
+    }
+    Ok(prompts)
+}

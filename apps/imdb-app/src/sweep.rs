@@ -1,0 +1,120 @@
+//! `imdb-app sweep`: algorithm × initial β × seed, each run in its own subdirectory, then the
+//! reward–KL frontier (mean ± std over seeds). Finished runs (with `summary.json` for the asked
+//! iteration count) are skipped; interrupted ones are resumed.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use lmrl_runs::{FrontierPoint, atomic_write, plot_frontier, read_rows};
+
+use crate::cli::{SweepArgs, TrainArgs};
+use crate::config::Algo;
+use crate::train::{self, Outcome, SUMMARY_FILE};
+
+fn algo_name(a: Algo) -> &'static str {
+    match a {
+        Algo::Ppo => "ppo",
+        Algo::Cory => "cory",
+    }
+}
+
+fn finished(dir: &Path, iterations: usize) -> bool {
+    std::fs::read_to_string(dir.join(SUMMARY_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["iterations"].as_u64())
+        .is_some_and(|n| n as usize >= iterations)
+}
+
+/// Mean of `task_reward` and `kl` over every agent's rows of the last `tail` iterations.
+fn tail_point(dir: &Path, tail: usize) -> Result<(f64, f64)> {
+    let rows = read_rows(&dir.join("metrics.csv"))?;
+    let last = rows.iter().map(|r| r.iteration).max().unwrap_or(0);
+    let from = (last + 1).saturating_sub(tail.max(1));
+    let sel: Vec<_> = rows.iter().filter(|r| r.iteration >= from).collect();
+    if sel.is_empty() {
+        bail!("{} has no metrics rows", dir.display());
+    }
+    let n = sel.len() as f64;
+    Ok((
+        sel.iter().map(|r| r.task_reward).sum::<f64>() / n,
+        sel.iter().map(|r| r.kl).sum::<f64>() / n,
+    ))
+}
+
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
+pub fn run(args: &SweepArgs) -> Result<ExitCode> {
+    let c = &args.common;
+    if c.resume.is_some() || c.algo.is_some() || c.init_kl_coef.is_some() || c.seed.is_some() {
+        bail!("sweep sets --algo, --init-kl-coef, --seed and --resume itself; use --algos, --init-kl-coefs, --seeds");
+    }
+    let root = c.out.clone().unwrap_or_else(|| PathBuf::from("runs/sweep"));
+    std::fs::create_dir_all(&root)?;
+    let mut points = Vec::new();
+    let mut csv = String::from("algo,init_kl_coef,seeds,reward_mean,reward_std,kl_mean,kl_std\n");
+    for &algo in &args.algos {
+        for &kl in &args.init_kl_coefs {
+            let mut rewards = Vec::new();
+            let mut kls = Vec::new();
+            for &seed in &args.seeds {
+                let dir = root.join(format!("{}-kl{kl}-seed{seed}", algo_name(algo)));
+                let mut a: TrainArgs = c.clone();
+                a.algo = Some(algo);
+                a.init_kl_coef = Some(kl);
+                a.seed = Some(seed);
+                a.out = Some(dir.clone());
+                let (cfg, _, _) = train::resolve(&a)?;
+                if finished(&dir, cfg.iterations) {
+                    eprintln!("sweep: {} finished, skipped", dir.display());
+                } else {
+                    let resume = crate::train::has_checkpoint(&dir)?;
+                    if resume {
+                        eprintln!("sweep: resuming {}", dir.display());
+                    } else if dir.exists() {
+                        // Started but interrupted before its first checkpoint: start over.
+                        std::fs::remove_dir_all(&dir)?;
+                    }
+                    eprintln!("sweep: training {}", dir.display());
+                    match train::train(&cfg, &dir, resume, c.cache_dir.as_deref())? {
+                        Outcome::Finished => {}
+                        Outcome::Interrupted => {
+                            eprintln!("sweep interrupted; rerun the same command to continue");
+                            return Ok(ExitCode::from(130));
+                        }
+                    }
+                }
+                let (r, k) = tail_point(&dir, args.tail)?;
+                rewards.push(r);
+                kls.push(k);
+            }
+            let (rm, rs) = mean_std(&rewards);
+            let (km, ks) = mean_std(&kls);
+            csv.push_str(&format!(
+                "{},{kl},{},{rm},{rs},{km},{ks}\n",
+                algo_name(algo),
+                args.seeds.len()
+            ));
+            points.push(FrontierPoint {
+                label: algo_name(algo).into(),
+                kl_mean: km,
+                kl_std: ks,
+                reward_mean: rm,
+                reward_std: rs,
+            });
+        }
+    }
+    atomic_write(&root.join("frontier.csv"), csv.as_bytes())?;
+    plot_frontier(&points, &root, "frontier")?;
+    eprintln!("sweep done: {}/frontier.png", root.display());
+    Ok(ExitCode::SUCCESS)
+}
