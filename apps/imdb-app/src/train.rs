@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use burn::module::Module;
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use lmrl_data::{ImdbPrompt, imdb_observer_prompt};
@@ -20,6 +21,19 @@ use crate::cli::TrainArgs;
 use crate::config::{Algo, RunConfig};
 use crate::setup;
 use crate::state::{AgentState, DataOrder, STATE_FILE, STATE_FORMAT, TrainState, iter_rng, stream};
+
+thread_local! {
+    /// Seconds spent in (generation, scoring, optimisation) during the current iteration.
+    static PHASES: std::cell::Cell<[f64; 3]> = const { std::cell::Cell::new([0.0; 3]) };
+}
+
+fn add_phase(i: usize, secs: f64) {
+    PHASES.with(|p| {
+        let mut v = p.get();
+        v[i] += secs;
+        p.set(v);
+    });
+}
 
 /// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -252,6 +266,7 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
 
     for it in start..cfg.iterations {
         let t0 = Instant::now();
+        PHASES.with(|p| p.set([0.0; 3]));
         let rows = match cfg.algo {
             Algo::Ppo => ppo_iteration(&env, &mut copies[0], it, &mut samples)?,
             Algo::Cory => cory_iteration(&env, &mut copies, it, &mut samples)?,
@@ -266,7 +281,8 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
             ));
             metrics.append(&r)?;
         }
-        eprintln!("{line} {secs:.1} s");
+        let [g, sc, o] = PHASES.with(|p| p.get());
+        eprintln!("{line} {secs:.1} s (generate {g:.1}, score {sc:.2}, optimise {o:.1})");
         // CORY role exchange after every `swap_period` iterations (spec §2 step 8).
         if cfg.algo == Algo::Cory && (it + 1) % cfg.swap_period == 0 {
             copies.swap(0, 1);
@@ -441,6 +457,7 @@ fn generate(
     seed: u64,
     what: String,
 ) -> Result<Vec<Vec<u32>>> {
+    let t0 = Instant::now();
     let b = bar(prompts.len(), what);
     let mut out = Vec::with_capacity(prompts.len());
     for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
@@ -457,6 +474,7 @@ fn generate(
         b.inc(chunk.len() as u64);
     }
     b.finish_and_clear();
+    add_phase(0, t0.elapsed().as_secs_f64());
     Ok(out)
 }
 
@@ -467,9 +485,11 @@ fn decode_all(tok: &LmTokenizer, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
 }
 
 fn score(env: &Env, texts: &[String], it: usize) -> Result<Vec<f32>> {
+    let t0 = Instant::now();
     let b = spinner(format!("scoring {} texts", texts.len()));
     let s = setup::score_texts(env.reward.as_ref(), texts, it);
     b.finish_and_clear();
+    add_phase(1, t0.elapsed().as_secs_f64());
     s
 }
 
@@ -481,6 +501,7 @@ fn optimise(
     scores: &[f32],
     it: usize,
 ) -> Result<PpoStats> {
+    let t0 = Instant::now();
     let b = spinner(format!(
         "optimising {} ({} epochs × {} minibatches)",
         c.name,
@@ -492,6 +513,7 @@ fn optimise(
         .step(q, y, scores, &env.reference)
         .with_context(|| format!("PPO step of {} failed on iteration {it}", c.name));
     b.finish_and_clear();
+    add_phase(2, t0.elapsed().as_secs_f64());
     s
 }
 

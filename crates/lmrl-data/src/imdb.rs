@@ -333,12 +333,12 @@ pub fn read_pang_lee_csv(path: &Path, opts: ReadOptions) -> Result<ReadReport<Re
     finish(report, path)
 }
 
+/// A JSONL line: its 1-based number and its object.
+pub(crate) type JsonRow = (u64, serde_json::Map<String, serde_json::Value>);
+
 /// Iterate over the non-blank lines of a JSONL file as (1-based line number, parsed object).
 /// Invalid UTF-8 and invalid JSON are reported per line.
-pub(crate) fn jsonl_objects(
-    path: &Path,
-    bytes: &[u8],
-) -> Vec<Result<(u64, serde_json::Map<String, serde_json::Value>), DataError>> {
+pub(crate) fn jsonl_objects(path: &Path, bytes: &[u8]) -> Vec<Result<JsonRow, DataError>> {
     let body = strip_bom(bytes);
     let mut out = Vec::new();
     for (i, raw) in body.split(|&b| b == b'\n').enumerate() {

@@ -41,10 +41,12 @@ fn build_archive(path: &Path, format: PackageFormat, members: &[(String, Vec<u8>
     }
 }
 
+type Members = Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// A fetcher that "downloads" by building the archive from `members`, counting calls.
 #[derive(Clone)]
 struct FakeFetcher {
-    members: Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>,
+    members: Members,
     calls: Arc<AtomicUsize>,
     fail: bool,
 }

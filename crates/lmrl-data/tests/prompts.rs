@@ -25,7 +25,7 @@ fn review(i: usize, len: usize) -> Review {
     }
     Review {
         text: text[..len].to_string(),
-        label: Some(if i % 2 == 0 {
+        label: Some(if i.is_multiple_of(2) {
             Sentiment::Positive
         } else {
             Sentiment::Negative

@@ -667,7 +667,7 @@ fn parse_metadata(path: &Path, bytes: &[u8]) -> Result<GgufMetadata> {
                     format!("tensor `{}` has implausible dims {:?}", t.name, t.dims),
                 )
             })?;
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             return Err(format_err(
                 path,
                 format!(
@@ -679,7 +679,7 @@ fn parse_metadata(path: &Path, bytes: &[u8]) -> Result<GgufMetadata> {
         // Unsupported types are only an error if someone asks for the tensor; their extent
         // cannot be checked without knowing their block layout.
         if let Some((elems, bytes_per)) = t.ggml_type.block_layout() {
-            if t.dims[0] % elems as u64 != 0 {
+            if !t.dims[0].is_multiple_of(elems as u64) {
                 return Err(format_err(
                     path,
                     format!(
@@ -728,7 +728,7 @@ fn parse_metadata(path: &Path, bytes: &[u8]) -> Result<GgufMetadata> {
 /// element `j + 16` of the 32-element block.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Option<Vec<f32>> {
     let (elems, bytes_per) = ty.block_layout()?;
-    if n % elems != 0 || bytes.len() != n / elems * bytes_per {
+    if !n.is_multiple_of(elems) || bytes.len() != n / elems * bytes_per {
         return None;
     }
     let mut out = Vec::with_capacity(n);
@@ -825,11 +825,11 @@ pub fn unpermute_rope_rows(
     cols: usize,
     n_heads: usize,
 ) -> Option<Vec<f32>> {
-    if n_heads == 0 || rows % n_heads != 0 || data.len() != rows * cols {
+    if n_heads == 0 || !rows.is_multiple_of(n_heads) || data.len() != rows * cols {
         return None;
     }
     let hd = rows / n_heads;
-    if hd % 2 != 0 {
+    if !hd.is_multiple_of(2) {
         return None;
     }
     let half = hd / 2;
@@ -855,7 +855,10 @@ pub fn permute_rope_rows(
     cols: usize,
     n_heads: usize,
 ) -> Option<Vec<f32>> {
-    if n_heads == 0 || rows % n_heads != 0 || data.len() != rows * cols || (rows / n_heads) % 2 != 0
+    if n_heads == 0
+        || !rows.is_multiple_of(n_heads)
+        || data.len() != rows * cols
+        || !(rows / n_heads).is_multiple_of(2)
     {
         return None;
     }
@@ -901,7 +904,7 @@ pub fn llama_hf_config_json(meta: &GgufMetadata) -> Result<serde_json::Value> {
     }
     let hidden = meta.require_u64("llama.embedding_length")?;
     let heads = meta.require_u64("llama.attention.head_count")?;
-    if heads == 0 || hidden % heads != 0 {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
         return Err(meta.config_err(
             "llama.attention.head_count",
             format!("{heads} heads do not divide embedding_length {hidden}"),
@@ -910,7 +913,7 @@ pub fn llama_hf_config_json(meta: &GgufMetadata) -> Result<serde_json::Value> {
     let kv_heads = meta
         .opt_u64("llama.attention.head_count_kv")?
         .unwrap_or(heads);
-    if kv_heads == 0 || heads % kv_heads != 0 {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(meta.config_err(
             "llama.attention.head_count_kv",
             format!("{kv_heads} key/value heads do not divide {heads} heads"),

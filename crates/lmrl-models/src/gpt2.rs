@@ -5,7 +5,6 @@
 use burn::module::Module;
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::activation::{gelu, gelu_approximate};
-use burn::tensor::module::linear;
 use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +12,7 @@ use crate::attention::{attend, split_heads};
 use crate::cache::KvCache;
 use crate::config::Gpt2Config;
 use crate::error::Result;
-use crate::model::{self, LmOutput, raw};
+use crate::model::{self, LmOutput, apply_linear, dense, raw};
 use crate::tensors::{RawTensor, TensorMap};
 
 /// The MLP non-linearity (`activation_function`).
@@ -91,18 +90,19 @@ impl Gpt2Attention {
         cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
         let [_, _, e] = x.dims();
-        let mut qkv = self.c_attn.forward(x).split(e, 2).into_iter();
+        let mut qkv = apply_linear(&self.c_attn, x).split(e, 2).into_iter();
         let mut next = || split_heads(qkv.next().expect("c_attn gives q, k, v"), self.n_head);
         let (q, mut k, mut v) = (next(), next(), next());
         if let Some(c) = cache {
             (k, v) = c.append(layer, k, v);
         }
-        self.c_proj.forward(attend(q, k, v, bias))
+        apply_linear(&self.c_proj, attend(q, k, v, bias))
     }
 }
 
 impl Gpt2Block {
-    fn forward(
+    /// One pre-norm block: `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
+    pub fn forward(
         &self,
         x: Tensor<3>,
         bias: Tensor<4>,
@@ -113,8 +113,8 @@ impl Gpt2Block {
             .attn
             .forward(self.ln_1.forward(x.clone()), bias, layer, cache);
         let x = x + a;
-        let m = self.mlp.c_fc.forward(self.ln_2.forward(x.clone()));
-        x + self.mlp.c_proj.forward(self.mlp.act.apply(m))
+        let m = apply_linear(&self.mlp.c_fc, self.ln_2.forward(x.clone()));
+        x + apply_linear(&self.mlp.c_proj, self.mlp.act.apply(m))
     }
 }
 
@@ -211,7 +211,7 @@ impl Gpt2LmHeadModel {
         }
         let hidden = self.ln_f.forward(x);
         // Tied head: logits = hidden · wteᵀ (a strided view, no copy of the embedding).
-        let logits = linear(hidden.clone(), self.wte.weight.val().transpose(), None);
+        let logits = dense(hidden.clone(), self.wte.weight.val().transpose(), None);
         LmOutput { logits, hidden }
     }
 

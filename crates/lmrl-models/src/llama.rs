@@ -6,14 +6,13 @@
 use burn::module::Module;
 use burn::nn::{Embedding, Linear, RmsNorm, RmsNormConfig};
 use burn::tensor::activation::silu;
-use burn::tensor::module::linear;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::attention::{attend, split_heads};
 use crate::cache::KvCache;
 use crate::config::LlamaConfig;
 use crate::error::Result;
-use crate::model::{self, LmOutput, raw, raw_torch_linear};
+use crate::model::{self, LmOutput, apply_linear, dense, raw, raw_torch_linear};
 use crate::tensors::{RawTensor, TensorMap};
 
 /// HF `LlamaAttention` (no biases).
@@ -104,23 +103,26 @@ impl LlamaAttention {
         layer: usize,
         cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
-        let q = rope.apply(split_heads(self.q_proj.forward(x.clone()), self.num_heads));
+        let q = rope.apply(split_heads(
+            apply_linear(&self.q_proj, x.clone()),
+            self.num_heads,
+        ));
         let mut k = rope.apply(split_heads(
-            self.k_proj.forward(x.clone()),
+            apply_linear(&self.k_proj, x.clone()),
             self.num_kv_heads,
         ));
-        let mut v = split_heads(self.v_proj.forward(x), self.num_kv_heads);
+        let mut v = split_heads(apply_linear(&self.v_proj, x), self.num_kv_heads);
         if let Some(c) = cache {
             (k, v) = c.append(layer, k, v);
         }
-        self.o_proj.forward(attend(q, k, v, bias))
+        apply_linear(&self.o_proj, attend(q, k, v, bias))
     }
 }
 
 impl LlamaMlp {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        let gate = silu(apply_linear(&self.gate_proj, x.clone()));
+        apply_linear(&self.down_proj, gate * apply_linear(&self.up_proj, x))
     }
 }
 
@@ -229,8 +231,8 @@ impl LlamaForCausalLm {
         }
         let hidden = self.model.norm.forward(x);
         let logits = match &self.lm_head {
-            Some(head) => head.forward(hidden.clone()),
-            None => linear(
+            Some(head) => apply_linear(head, hidden.clone()),
+            None => dense(
                 hidden.clone(),
                 self.model.embed_tokens.weight.val().transpose(),
                 None,

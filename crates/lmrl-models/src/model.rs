@@ -141,6 +141,27 @@ pub fn validate_ids(config: &ModelConfig, ids: &[Vec<u32>], past: usize) -> Resu
     Ok(())
 }
 
+/// `x·W + b` for `x`: `[B, S, in]` as one 2-D matmul over `B·S` rows.
+///
+/// burn's `Linear::forward` keeps a `[B, S, in] @ [in, out]` product batched when `S` fills its
+/// row tiles, which re-reads the weight once per batch row; folding the batch into the rows is
+/// markedly faster for the large projections and the vocabulary head.
+pub fn dense(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
+    let [b, s, d_in] = x.dims();
+    let d_out = weight.dims()[1];
+    let y = x.reshape([b * s, d_in]).matmul(weight);
+    let y = match bias {
+        Some(bias) => y + bias.reshape([1, d_out]),
+        None => y,
+    };
+    y.reshape([b, s, d_out])
+}
+
+/// [`dense`] through a burn `Linear` (its weight is `[in, out]`; LoRA adapters included).
+pub fn apply_linear(l: &Linear, x: Tensor<3>) -> Tensor<3> {
+    dense(x, l.weight.val(), l.bias.as_ref().map(|b| b.val()))
+}
+
 // ---- small builders shared by the architectures -------------------------------------------
 
 /// A trainable parameter holding `raw` reshaped to rank `D`.

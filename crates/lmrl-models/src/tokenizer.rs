@@ -39,7 +39,11 @@ pub struct LmTokenizer {
 
 /// Largest id + 1 over the model vocabulary and the added tokens.
 fn count_ids(inner: &Tokenizer) -> usize {
-    inner.get_vocab(true).values().max().map_or(0, |&m| m as usize + 1)
+    inner
+        .get_vocab(true)
+        .values()
+        .max()
+        .map_or(0, |&m| m as usize + 1)
 }
 
 fn tok_err(path: &Path, reason: impl std::fmt::Display) -> ModelError {

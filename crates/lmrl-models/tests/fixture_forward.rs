@@ -807,6 +807,15 @@ fn perf_breakdown() {
             .into_scalar()
     });
     let x = h.clone();
+    time("full gpt2 block", &|| {
+        let bias = lmrl_models::attention::attention_bias(int_tensor(&mask, &dev), 0, s);
+        m.h[0].forward(x.clone(), bias, 0, None).narrow(1, 0, 1).sum().into_scalar()
+    });
+    time("embeddings", &|| {
+        let pos = Tensor::<1, Int>::arange(0..s as i64, &dev).reshape([1, s]).expand([b, s]);
+        (m.wte.forward(int_tensor(&ids, &dev)) + m.wpe.forward(pos)).narrow(1, 0, 1).sum().into_scalar()
+    });
+    time("ln_f", &|| m.ln_f.forward(x.clone()).narrow(1, 0, 1).sum().into_scalar());
     time("one block", &|| {
         let bias = lmrl_models::attention::attention_bias(int_tensor(&mask, &dev), 0, s);
         let q = lmrl_models::attention::split_heads(x.clone(), 12);

@@ -53,7 +53,7 @@ impl DistilBertConfig {
         let cfg: Self = serde_json::from_str(&text).map_err(|e| {
             RewardError::format(path, "<root>", format!("a DistilBERT config ({e})"))
         })?;
-        if cfg.n_heads == 0 || cfg.dim % cfg.n_heads != 0 {
+        if cfg.n_heads == 0 || !cfg.dim.is_multiple_of(cfg.n_heads) {
             return Err(RewardError::format(
                 path,
                 "n_heads",

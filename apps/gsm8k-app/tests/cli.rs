@@ -1,0 +1,455 @@
+//! The built `gsm8k-app` binary: the `check` contract on adversarial lines (expected values
+//! worked out by hand from the checker's documented rules), `eval` and short `train` runs of
+//! PPO and CORY on the tiny Llama fixture, resume, LoRA, and failures on bad input.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gsm8k-app"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("gsm8k-app runs");
+    assert!(
+        out.status.success(),
+        "gsm8k-app failed ({:?}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn run_err(cmd: &mut Command) -> (i32, String) {
+    let out = cmd.output().expect("gsm8k-app runs");
+    assert!(!out.status.success(), "expected a failure");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// check
+
+#[test]
+fn check_extracts_and_compares_adversarial_answers() {
+    let dir = TempDir::new().unwrap();
+    // (response, answer, expected extracted, expected correct), each worked out by hand.
+    let cases: &[(&str, &str, Option<&str>, bool)] = &[
+        // Thousands separator in the response, none in the truth.
+        ("The total is 1,234 apples.", "Add them.\n#### 1234", Some("1234"), true),
+        // Dollar sign and trailing fractional zero: $5.50 = 5.5.
+        ("She pays $5.50 in total.", "#### 5.5", Some("5.5"), true),
+        // A negative answer.
+        ("The temperature drops to -3 degrees.", "#### -3", Some("-3"), true),
+        // A fraction equals the decimal truth exactly: 3/4 = 0.75.
+        ("Each gets 3/4 of a pie.", "#### 0.75", Some("3/4"), true),
+        // No number at all.
+        ("I don't know.", "#### 4", None, false),
+        // An invented follow-up question: its "2" must not count; 9 is the answer.
+        (
+            "5 + 4 = 9.\nQuestion: Tom has 2 apples. How many?\nAnswer: 2",
+            "#### 9",
+            Some("9"),
+            true,
+        ),
+        // The last number is the answer, even when it is wrong.
+        ("He had 10 and gave away 3, so 7 remain", "#### 8", Some("7"), false),
+        // "$1,000.00" = 1000; the truth written with a comma after ####.
+        ("It costs $1,000.00", "The answer is below.\n#### 1,000", Some("1000"), true),
+        // "3-4" is a range/subtraction (no sign glued to a digit), "-1" after a space is negative.
+        ("The difference is 3-4 = -1", "#### -1", Some("-1"), true),
+        // The response opens with an invented question: nothing is left before the cut.
+        ("Question: how many? 5", "#### 5", None, false),
+        // "5.0" is 5; the sentence's final period is punctuation.
+        ("Half of 10 is 5.0.", "#### 5", Some("5"), true),
+    ];
+    let input = dir.path().join("in.jsonl");
+    let mut text = String::new();
+    for (r, a, _, _) in cases {
+        text.push_str(&json!({"response": r, "answer": a}).to_string());
+        text.push('\n');
+    }
+    text.push('\n'); // a trailing blank line is ignored
+    std::fs::write(&input, text).unwrap();
+    let out = dir.path().join("out.jsonl");
+    run_ok(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    let got = read_jsonl(&out);
+    assert_eq!(got.len(), cases.len());
+    for (g, (r, _, extracted, correct)) in got.iter().zip(cases) {
+        assert_eq!(g["extracted"], json!(extracted), "extracted for {r:?}");
+        assert_eq!(g["correct"], json!(correct), "correct for {r:?}");
+    }
+}
+
+#[test]
+fn check_fails_naming_the_bad_line_and_writes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"response\": \"9\", \"answer\": \"#### 9\"}\n{\"response\": \"9\", \"answer\": \n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let (code, err) = run_err(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    assert_ne!(code, 0);
+    assert!(err.contains("line 2"), "{err}");
+    assert!(!out.exists(), "no partial output");
+
+    std::fs::write(&input, "{\"response\": \"9\"}\n").unwrap();
+    let (_, err) = run_err(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    assert!(err.contains("line 1") && err.contains("answer"), "{err}");
+
+    std::fs::write(&input, "{\"response\": \"9\", \"answer\": \"#### none\"}\n").unwrap();
+    let (_, err) = run_err(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    assert!(err.contains("line 1"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// tiny model + data
+
+/// Words of the 1-shot template, the fixture problems and numbers: the word-level vocabulary
+/// of the test tokenizer (the fixture model has 1000 embedding rows and no tokenizer).
+fn vocabulary() -> Vec<String> {
+    let mut v: Vec<String> = ["<unk>", "<s>", "</s>"].map(String::from).to_vec();
+    let text = "Question: Shawn has five toys. For Christmas, he got two toys each from his mom \
+                and dad. How many toys does he have now? Answer: Shawn started with 5 toys. If \
+                he got 2 toys each from his mom and dad, then that is 4 more toys. 5 + 4 = 9. \
+                Reference: Tom Ann buys apples pears gives away left total";
+    let mut words: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        if c.is_alphanumeric() {
+            cur.push(c);
+        } else {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+            if !c.is_whitespace() {
+                words.push(c.to_string());
+            }
+        }
+    }
+    for n in 0..200 {
+        words.push(n.to_string());
+    }
+    for w in words {
+        if !v.contains(&w) {
+            v.push(w);
+        }
+    }
+    let mut i = 0;
+    while v.len() < 1000 {
+        v.push(format!("w{i}"));
+        i += 1;
+    }
+    v
+}
+
+/// llama-tiny with a word-level `tokenizer.json` (1000 entries) in a temporary directory.
+fn tiny_model(dir: &Path) -> PathBuf {
+    let m = dir.join("llama-tiny");
+    std::fs::create_dir_all(&m).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture("llama-tiny").join(f), m.join(f)).unwrap();
+    }
+    let vocab = vocabulary();
+    let map: serde_json::Map<String, Value> = vocab
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.clone(), json!(i)))
+        .collect();
+    let special = |id: usize, s: &str| {
+        json!({"id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false,
+               "normalized": false, "special": true})
+    };
+    let tok = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": map, "unk_token": "<unk>"}
+    });
+    std::fs::write(m.join("tokenizer.json"), tok.to_string()).unwrap();
+    m
+}
+
+/// 20 GSM8K-format problems: "Tom has a apples and buys b more apples. ..." → a + b.
+fn tiny_data(dir: &Path) -> PathBuf {
+    let p = dir.join("problems.jsonl");
+    let mut s = String::new();
+    for i in 0..20 {
+        let (a, b) = (i + 1, (i * 7) % 9 + 1);
+        let q = format!("Tom has {a} apples and buys {b} more apples. How many apples does Tom have now?");
+        let ans = format!("Tom has {a} + {b} = {} apples.\n#### {}", a + b, a + b);
+        s.push_str(&json!({"question": q, "answer": ans}).to_string());
+        s.push('\n');
+    }
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+struct Tiny {
+    dir: TempDir,
+    model: PathBuf,
+    data: PathBuf,
+}
+
+fn tiny() -> Tiny {
+    let dir = TempDir::new().unwrap();
+    let model = tiny_model(dir.path());
+    let data = tiny_data(dir.path());
+    Tiny { dir, model, data }
+}
+
+fn train_cmd(t: &Tiny, algo: &str, out: &Path) -> Command {
+    let mut c = bin();
+    c.arg("train")
+        .args(["--algo", algo, "--model"])
+        .arg(&t.model)
+        .arg("--data")
+        .arg(&t.data)
+        .arg("--out")
+        .arg(out)
+        .arg("--cache-dir")
+        .arg(t.dir.path().join("cache"))
+        .args([
+            "--iterations", "2", "--batch-size", "2", "--mini-batch-size", "1",
+            "--ppo-epochs", "1", "--max-new-tokens", "4", "--eval-limit", "2",
+            "--swap-period", "1", "--checkpoint-every", "1",
+        ]);
+    c
+}
+
+fn csv_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn assert_checkpoint(run: &Path, iters: usize, agents: &[&str]) {
+    let ck = run.join(format!("checkpoints/iter-{iters:06}"));
+    assert!(ck.join("state.json").is_file(), "{}", ck.display());
+    for a in agents {
+        for f in ["config.json", "model.safetensors", "tokenizer.json", "value_head.safetensors"] {
+            assert!(ck.join(a).join(f).is_file(), "{a}/{f}");
+        }
+    }
+}
+
+#[test]
+fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
+    let t = tiny();
+    let out = t.dir.path().join("ppo");
+    let o = run_ok(&mut train_cmd(&t, "ppo", &out));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("| before | base | GSM8K | test |"), "{stdout}");
+    assert!(stdout.contains("| after | policy | GSM8K | test |"), "{stdout}");
+
+    let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(cfg.contains("algo = \"ppo\"") && cfg.contains("lr = 1e-5"), "{cfg}");
+    let m = csv_lines(&out.join("metrics.csv"));
+    assert_eq!(m.len(), 1 + 2, "header + one row per iteration");
+    assert!(m[1].starts_with("0,policy,policy,"));
+    let s = read_jsonl(&out.join("samples.jsonl"));
+    assert_eq!(s.len(), 4, "2 iterations × batch 2");
+    for x in &s {
+        let r = x["reward"].as_f64().unwrap();
+        assert!(r == 0.0 || r == 1.0);
+        assert!(x["truth"].is_string() && x.get("extracted").is_some());
+    }
+    let e = csv_lines(&out.join("eval.csv"));
+    assert_eq!(e.len(), 3);
+    assert!(e[1].starts_with("before,base,GSM8K,test,2,1,0,"), "{}", e[1]);
+    assert!(e[2].starts_with("after,policy,GSM8K,test,2,1,0,"), "{}", e[2]);
+    assert!(out.join("eval.md").is_file());
+    assert!(out.join("task_reward.png").is_file() && out.join("kl.svg").is_file());
+    assert!(out.join("summary.json").is_file());
+    assert_checkpoint(&out, 2, &["policy"]);
+
+    // The finished run's checkpoint evaluates standalone with the run's own split.
+    let csv = t.dir.path().join("run-eval.csv");
+    let o = run_ok(
+        bin()
+            .arg("eval")
+            .arg("--model")
+            .arg(&out)
+            .args(["--limit", "2", "--batch-size", "2", "--csv"])
+            .arg(&csv)
+            .arg("--cache-dir")
+            .arg(t.dir.path().join("cache")),
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| eval | policy | GSM8K | test | 2 |"));
+    let standalone = csv_lines(&csv);
+    // Greedy decoding on the same questions: same pass@1 as the "after" row of the run.
+    let pass = |l: &str| l.split(',').nth(7).unwrap().to_string();
+    assert_eq!(pass(&standalone[1]), pass(&e[2]));
+
+    // Resuming a finished run to a larger total continues from its checkpoint.
+    run_ok(
+        bin()
+            .arg("--resume")
+            .arg(&out)
+            .args(["--iterations", "3", "--cache-dir"])
+            .arg(t.dir.path().join("cache")),
+    );
+    let m = csv_lines(&out.join("metrics.csv"));
+    assert_eq!(m.len(), 1 + 3);
+    assert!(m[3].starts_with("2,policy,"));
+    let e = csv_lines(&out.join("eval.csv"));
+    assert_eq!(e.len(), 3, "one before row kept, one after row");
+    assert_checkpoint(&out, 3, &["policy"]);
+}
+
+#[test]
+fn cory_trains_two_iterations_with_a_role_exchange() {
+    let t = tiny();
+    let out = t.dir.path().join("cory");
+    run_ok(&mut train_cmd(&t, "cory", &out));
+    let m = csv_lines(&out.join("metrics.csv"));
+    assert_eq!(m.len(), 1 + 4, "header + two agents × two iterations");
+    // Swap period 1: llm1 is pioneer in iteration 0 and observer in iteration 1.
+    assert!(m[1].starts_with("0,llm1,pioneer,"), "{}", m[1]);
+    assert!(m[2].starts_with("0,llm2,observer,"), "{}", m[2]);
+    assert!(m[3].starts_with("1,llm1,observer,"), "{}", m[3]);
+    assert!(m[4].starts_with("1,llm2,pioneer,"), "{}", m[4]);
+    let s = read_jsonl(&out.join("samples.jsonl"));
+    assert_eq!(s.len(), 8);
+    let obs: Vec<&Value> = s.iter().filter(|x| x["role"] == "observer").collect();
+    assert_eq!(obs.len(), 4);
+    assert!(obs.iter().all(|x| x["reference"].is_string()));
+    assert!(s.iter().filter(|x| x["role"] == "pioneer").all(|x| x.get("reference").is_none()));
+    let e = csv_lines(&out.join("eval.csv"));
+    assert_eq!(e.len(), 4);
+    assert!(e[1].starts_with("before,base,"));
+    assert!(e[2].starts_with("after,llm1,") && e[3].starts_with("after,llm2,"));
+    assert_checkpoint(&out, 2, &["llm1", "llm2"]);
+    let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(cfg.contains("lr = 0.0001"), "CORY's paper learning rate: {cfg}");
+}
+
+#[test]
+fn lora_run_trains_adapters_and_saves_merged_weights() {
+    let t = tiny();
+    let out = t.dir.path().join("lora");
+    let mut c = train_cmd(&t, "ppo", &out);
+    c.args(["--lora-rank", "2", "--eval-limit", "0", "--lr", "0.01"]);
+    run_ok(&mut c);
+    assert_checkpoint(&out, 2, &["policy"]);
+    assert!(!out.join("eval.csv").exists(), "--eval-limit 0 disables evaluation");
+    // The merged checkpoint is a plain model: it loads and evaluates.
+    run_ok(
+        bin()
+            .arg("eval")
+            .arg("--model")
+            .arg(out.join("checkpoints/iter-000002/policy"))
+            .arg("--data")
+            .arg(&t.data)
+            .args(["--limit", "1", "--max-new-tokens", "3"]),
+    );
+}
+
+#[test]
+fn eval_reports_pass_at_k_on_the_held_out_split() {
+    let t = tiny();
+    let jsonl = t.dir.path().join("eval.jsonl");
+    let o = run_ok(
+        bin()
+            .arg("eval")
+            .arg("--model")
+            .arg(&t.model)
+            .arg("--data")
+            .arg(&t.data)
+            .args(["--k", "3", "--temperature", "1", "--limit", "3", "--max-new-tokens", "4"])
+            .arg("--out")
+            .arg(&jsonl),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("| pass@1 | pass@k |"), "{stdout}");
+    assert!(stdout.contains("| eval |") && stdout.contains("| GSM8K | test | 3 | 3 |"), "{stdout}");
+    let rows = read_jsonl(&jsonl);
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert_eq!(r["responses"].as_array().unwrap().len(), 3);
+        let c = r["correct"].as_u64().unwrap();
+        assert!(c <= 3);
+    }
+    // 20 problems, test fraction 0.2: the test split has 4 questions; the train split 16.
+    let o = run_ok(
+        bin()
+            .arg("eval")
+            .arg("--model")
+            .arg(&t.model)
+            .arg("--data")
+            .arg(&t.data)
+            .args(["--split", "test", "--max-new-tokens", "2"]),
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| test | 4 | 1 |"));
+}
+
+#[test]
+fn bad_flags_and_settings_fail_with_a_message() {
+    let t = tiny();
+    let (code, err) = run_err(bin().args(["--algo", "sac"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("sac"), "{err}");
+    let out = t.dir.path().join("bad");
+    let mut c = train_cmd(&t, "ppo", &out);
+    c.args(["--batch-size", "0"]);
+    let (code, err) = run_err(&mut c);
+    assert_eq!(code, 2);
+    assert!(err.contains("batch_size"), "{err}");
+    let mut c = train_cmd(&t, "ppo", &out);
+    c.args(["--mini-batch-size", "3"]);
+    let (_, err) = run_err(&mut c);
+    assert!(err.contains("mini_batch_size"), "{err}");
+    let (code, err) = run_err(
+        bin()
+            .arg("eval")
+            .arg("--model")
+            .arg(&t.model)
+            .args(["--k", "4", "--temperature", "0"]),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("greedy"), "{err}");
+    let (code, err) = run_err(bin().args(["check", "--out", "x.jsonl"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--input"), "{err}");
+    // --resume refuses settings that would change the run.
+    let (code, err) = run_err(bin().args(["--resume", "somewhere", "--lr", "0.1"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--lr"), "{err}");
+    // A missing model path is named.
+    let (_, err) = run_err(
+        bin()
+            .args(["eval", "--model", "/nonexistent/model", "--data"])
+            .arg(&t.data)
+            .arg("--cache-dir")
+            .arg(t.dir.path().join("cache")),
+    );
+    assert!(err.contains("/nonexistent/model"), "{err}");
+}
