@@ -4,9 +4,8 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use burn::tensor::Device;
 use lmrl_data::{AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_pioneer_prompt};
-use lmrl_models::{CausalLm, LmTokenizer, LoraConfig, ModelConfig, apply_lora, load_causal_lm};
+use lmrl_models::{LmTokenizer, LoraConfig, ModelConfig};
 
 use crate::config::DataFormat;
 
@@ -77,22 +76,6 @@ pub fn lora_config(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig {
             init_std: None,
         },
     }
-}
-
-/// Loads a causal LM, with LoRA adapters (base frozen) when `lora_rank > 0`.
-pub fn load_policy_lm(
-    path: &Path,
-    lora_rank: usize,
-    lora_alpha: f64,
-    device: &Device,
-) -> Result<CausalLm> {
-    let lm = load_causal_lm(path, device)
-        .with_context(|| format!("cannot load the model {}", path.display()))?;
-    if lora_rank == 0 {
-        return Ok(lm);
-    }
-    let cfg = lora_config(lora_rank, lora_alpha, &lm.config());
-    Ok(apply_lora(lm, &cfg).context("cannot attach LoRA adapters")?)
 }
 
 /// Which reader a problems file needs (see [`DataFormat::Auto`]).

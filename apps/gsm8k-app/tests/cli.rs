@@ -224,7 +224,24 @@ fn tiny() -> Tiny {
     Tiny { dir, model, data }
 }
 
-fn train_cmd(t: &Tiny, algo: &str, out: &Path) -> Command {
+/// `train` on the tiny fixture, with `extra` flag/value pairs replacing the defaults below.
+fn train_cmd(t: &Tiny, algo: &str, out: &Path, extra: &[(&str, &str)]) -> Command {
+    let mut flags: Vec<(&str, &str)> = vec![
+        ("--iterations", "2"),
+        ("--batch-size", "2"),
+        ("--mini-batch-size", "1"),
+        ("--ppo-epochs", "1"),
+        ("--max-new-tokens", "4"),
+        ("--eval-limit", "2"),
+        ("--swap-period", "1"),
+        ("--checkpoint-every", "1"),
+    ];
+    for (f, v) in extra {
+        match flags.iter_mut().find(|(g, _)| g == f) {
+            Some(slot) => slot.1 = v,
+            None => flags.push((f, v)),
+        }
+    }
     let mut c = bin();
     c.arg("train")
         .args(["--algo", algo, "--model"])
@@ -234,12 +251,10 @@ fn train_cmd(t: &Tiny, algo: &str, out: &Path) -> Command {
         .arg("--out")
         .arg(out)
         .arg("--cache-dir")
-        .arg(t.dir.path().join("cache"))
-        .args([
-            "--iterations", "2", "--batch-size", "2", "--mini-batch-size", "1",
-            "--ppo-epochs", "1", "--max-new-tokens", "4", "--eval-limit", "2",
-            "--swap-period", "1", "--checkpoint-every", "1",
-        ]);
+        .arg(t.dir.path().join("cache"));
+    for (f, v) in flags {
+        c.args([f, v]);
+    }
     c
 }
 
@@ -265,13 +280,13 @@ fn assert_checkpoint(run: &Path, iters: usize, agents: &[&str]) {
 fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     let t = tiny();
     let out = t.dir.path().join("ppo");
-    let o = run_ok(&mut train_cmd(&t, "ppo", &out));
+    let o = run_ok(&mut train_cmd(&t, "ppo", &out, &[]));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("| before | base | GSM8K | test |"), "{stdout}");
     assert!(stdout.contains("| after | policy | GSM8K | test |"), "{stdout}");
 
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
-    assert!(cfg.contains("algo = \"ppo\"") && cfg.contains("lr = 1e-5"), "{cfg}");
+    assert!(cfg.contains("algo = \"ppo\"") && cfg.contains("lr = 0.00001"), "{cfg}");
     let m = csv_lines(&out.join("metrics.csv"));
     assert_eq!(m.len(), 1 + 2, "header + one row per iteration");
     assert!(m[1].starts_with("0,policy,policy,"));
@@ -329,7 +344,7 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
 fn cory_trains_two_iterations_with_a_role_exchange() {
     let t = tiny();
     let out = t.dir.path().join("cory");
-    run_ok(&mut train_cmd(&t, "cory", &out));
+    run_ok(&mut train_cmd(&t, "cory", &out, &[]));
     let m = csv_lines(&out.join("metrics.csv"));
     assert_eq!(m.len(), 1 + 4, "header + two agents × two iterations");
     // Swap period 1: llm1 is pioneer in iteration 0 and observer in iteration 1.
@@ -356,11 +371,39 @@ fn cory_trains_two_iterations_with_a_role_exchange() {
 fn lora_run_trains_adapters_and_saves_merged_weights() {
     let t = tiny();
     let out = t.dir.path().join("lora");
-    let mut c = train_cmd(&t, "ppo", &out);
-    c.args(["--lora-rank", "2", "--eval-limit", "0", "--lr", "0.01"]);
+    let mut c = train_cmd(
+        &t,
+        "ppo",
+        &out,
+        &[("--lora-rank", "2"), ("--eval-limit", "0"), ("--lr", "0.01")],
+    );
     run_ok(&mut c);
     assert_checkpoint(&out, 2, &["policy"]);
     assert!(!out.join("eval.csv").exists(), "--eval-limit 0 disables evaluation");
+    // Base frozen, adapters trained: the merged checkpoint keeps the embeddings and norms of
+    // the fixture bit for bit, while the adapted projections moved.
+    let base = std::fs::read(fixture("llama-tiny").join("model.safetensors")).unwrap();
+    let tuned =
+        std::fs::read(out.join("checkpoints/iter-000002/policy/model.safetensors")).unwrap();
+    let base = safetensors::SafeTensors::deserialize(&base).unwrap();
+    let tuned = safetensors::SafeTensors::deserialize(&tuned).unwrap();
+    let bytes = |t: &safetensors::SafeTensors, n: &str| t.tensor(n).unwrap().data().to_vec();
+    for frozen in ["model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight"] {
+        assert_eq!(bytes(&base, frozen), bytes(&tuned, frozen), "{frozen} must not change");
+    }
+    let moved = ["q_proj", "k_proj", "v_proj", "o_proj"]
+        .iter()
+        .chain(&["gate_proj", "up_proj", "down_proj"])
+        .filter(|p| {
+            let n = if ["gate_proj", "up_proj", "down_proj"].contains(p) {
+                format!("model.layers.1.mlp.{p}.weight")
+            } else {
+                format!("model.layers.1.self_attn.{p}.weight")
+            };
+            bytes(&base, &n) != bytes(&tuned, &n)
+        })
+        .count();
+    assert!(moved > 0, "some adapted projection must have moved");
     // The merged checkpoint is a plain model: it loads and evaluates.
     run_ok(
         bin()
@@ -418,14 +461,10 @@ fn bad_flags_and_settings_fail_with_a_message() {
     assert_eq!(code, 2);
     assert!(err.contains("sac"), "{err}");
     let out = t.dir.path().join("bad");
-    let mut c = train_cmd(&t, "ppo", &out);
-    c.args(["--batch-size", "0"]);
-    let (code, err) = run_err(&mut c);
+    let (code, err) = run_err(&mut train_cmd(&t, "ppo", &out, &[("--batch-size", "0")]));
     assert_eq!(code, 2);
     assert!(err.contains("batch_size"), "{err}");
-    let mut c = train_cmd(&t, "ppo", &out);
-    c.args(["--mini-batch-size", "3"]);
-    let (_, err) = run_err(&mut c);
+    let (_, err) = run_err(&mut train_cmd(&t, "ppo", &out, &[("--mini-batch-size", "3")]));
     assert!(err.contains("mini_batch_size"), "{err}");
     let (code, err) = run_err(
         bin()

@@ -79,11 +79,13 @@ impl Default for RunConfig {
             prompt_tokens_max: 7,
             response_tokens_min: 4,
             response_tokens_max: 15,
-            iterations: 12,
+            // Sized for ~15 minutes of CORY on a 2-core CPU (docs/imdb-app.md): the paper runs
+            // 100 iterations of 256 prompts with 4 PPO epochs.
+            iterations: 15,
             batch_size: 8,
             mini_batch_size: 8,
             gradient_accumulation_steps: 1,
-            ppo_epochs: 4,
+            ppo_epochs: 2,
             lr: 1.41e-5,
             init_kl_coef: 0.3,
             target_kl: Some(6.0),
@@ -137,7 +139,7 @@ impl RunConfig {
             );
         }
         let per_step = self.mini_batch_size * self.gradient_accumulation_steps;
-        if self.gradient_accumulation_steps == 0 || self.batch_size % per_step != 0 {
+        if self.gradient_accumulation_steps == 0 || !self.batch_size.is_multiple_of(per_step) {
             return err(
                 "gradient_accumulation_steps",
                 format!(
@@ -167,7 +169,7 @@ impl RunConfig {
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             return err("lr", format!("must be a positive number, got {}", self.lr));
         }
-        if !(self.init_kl_coef >= 0.0) {
+        if self.init_kl_coef.is_nan() || self.init_kl_coef < 0.0 {
             return err("init_kl_coef", "must be ≥ 0".into());
         }
         if self.checkpoint_every == 0 || self.samples_every == 0 || self.keep_checkpoints == 0 {
@@ -184,7 +186,7 @@ impl RunConfig {
         {
             return err("target_kl", format!("must be a positive number, got {t}"));
         }
-        if !(self.repetition_penalty > 0.0) {
+        if self.repetition_penalty.is_nan() || self.repetition_penalty <= 0.0 {
             return err("repetition_penalty", "must be > 0".into());
         }
         if self.data.is_empty() {

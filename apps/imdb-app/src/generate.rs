@@ -39,8 +39,8 @@ pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
     let (tok, _) = setup::load_tokenizer(&dir)?;
     let device = crate::select_device();
     device.seed(args.seed);
-    let lm = load_causal_lm(&dir, &device)
-        .with_context(|| format!("cannot load {}", dir.display()))?;
+    let lm =
+        load_causal_lm(&dir, &device).with_context(|| format!("cannot load {}", dir.display()))?;
     let ids = tok.encode(&args.prompt)?;
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");

@@ -79,11 +79,7 @@ pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Bo
 
 /// Scores each full text `q + y` (the reference scores `decode(q) + decode(y)`), naming the
 /// iteration when the reward fails or returns the wrong number of scores.
-pub fn score_texts(
-    reward: &dyn Reward,
-    texts: &[String],
-    iteration: usize,
-) -> Result<Vec<f32>> {
+pub fn score_texts(reward: &dyn Reward, texts: &[String], iteration: usize) -> Result<Vec<f32>> {
     let batch: Vec<(&str, &str)> = texts.iter().map(|t| ("", t.as_str())).collect();
     let scores = reward.score(&batch).map_err(|e: RewardError| {
         anyhow::anyhow!(
@@ -151,4 +147,39 @@ pub fn load_prompts(
         );
     }
     Ok(prompts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Failing;
+    impl Reward for Failing {
+        fn name(&self) -> &str {
+            "failing"
+        }
+        fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
+            if batch.len() > 1 {
+                return Err(RewardError::Input("batch too large".into()));
+            }
+            Ok(vec![f32::NAN])
+        }
+    }
+
+    #[test]
+    fn a_failing_reward_names_the_iteration() {
+        let texts = vec!["a".to_string(), "b".to_string()];
+        let err = score_texts(&Failing, &texts, 17).unwrap_err().to_string();
+        assert!(
+            err.contains("iteration 17") && err.contains("failing"),
+            "{err}"
+        );
+        let err = score_texts(&Failing, &texts[..1], 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("iteration 3") && err.contains("non-finite"),
+            "{err}"
+        );
+    }
 }

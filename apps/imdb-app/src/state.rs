@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 
 use crate::config::Algo;
 
-/// `state.json` of a checkpoint.
+/// `state.toml` of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainState {
     /// Bumped when the layout changes.
@@ -40,7 +40,9 @@ pub struct AgentState {
 }
 
 pub const STATE_FORMAT: u32 = 1;
-pub const STATE_FILE: &str = "state.json";
+/// TOML, not JSON: serde_json's default float parser is not exact in the last bit, and an
+/// exact β and exact running moments are what make a resumed run continue the same numbers.
+pub const STATE_FILE: &str = "state.toml";
 
 /// SplitMix64 finaliser: a well-mixed 64-bit seed from several inputs.
 pub fn mix(parts: &[u64]) -> u64 {
@@ -130,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn state_round_trips_through_json() {
+    fn state_round_trips_exactly_through_toml() {
         let s = TrainState {
             format: STATE_FORMAT,
             algo: Algo::Cory,
@@ -138,14 +140,19 @@ mod tests {
             completed_iterations: 5,
             agents: vec![AgentState {
                 name: "llm2".into(),
-                kl_controller: KlController::Adaptive(
-                    lmrl_rl::ppo::AdaptiveKlController::new(0.31, 6.0, 10000.0),
-                ),
-                running_moments: RunningMoments::new(),
+                kl_controller: KlController::Adaptive(lmrl_rl::ppo::AdaptiveKlController::new(
+                    0.299_952_000_000_1,
+                    6.0,
+                    10000.0,
+                )),
+                running_moments: RunningMoments {
+                    mean: 0.1 + 0.2,
+                    ..RunningMoments::new()
+                },
                 steps: 5,
             }],
         };
-        let text = serde_json::to_string(&s).unwrap();
-        assert_eq!(serde_json::from_str::<TrainState>(&text).unwrap(), s);
+        let text = toml::to_string(&s).unwrap();
+        assert_eq!(toml::from_str::<TrainState>(&text).unwrap(), s);
     }
 }

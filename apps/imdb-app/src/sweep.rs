@@ -56,7 +56,9 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
 pub fn run(args: &SweepArgs) -> Result<ExitCode> {
     let c = &args.common;
     if c.resume.is_some() || c.algo.is_some() || c.init_kl_coef.is_some() || c.seed.is_some() {
-        bail!("sweep sets --algo, --init-kl-coef, --seed and --resume itself; use --algos, --init-kl-coefs, --seeds");
+        bail!(
+            "sweep sets --algo, --init-kl-coef, --seed and --resume itself; use --algos, --init-kl-coefs, --seeds"
+        );
     }
     let root = c.out.clone().unwrap_or_else(|| PathBuf::from("runs/sweep"));
     std::fs::create_dir_all(&root)?;

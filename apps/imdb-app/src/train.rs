@@ -45,7 +45,9 @@ fn install_ctrlc() {
             eprintln!("\nsecond Ctrl-C: stopping now; the last complete checkpoint is intact");
             std::process::exit(130);
         }
-        eprintln!("\nCtrl-C: finishing this iteration, then checkpointing (Ctrl-C again to quit now)");
+        eprintln!(
+            "\nCtrl-C: finishing this iteration, then checkpointing (Ctrl-C again to quit now)"
+        );
     });
 }
 
@@ -165,7 +167,12 @@ pub fn ppo_config(cfg: &RunConfig) -> PpoConfig {
 }
 
 /// Trains `cfg` into `out` (a fresh directory, or the run to resume).
-pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>) -> Result<Outcome> {
+pub fn train(
+    cfg: &RunConfig,
+    out: &Path,
+    resume: bool,
+    cache_dir: Option<&Path>,
+) -> Result<Outcome> {
     let ckpts = CheckpointDir::new(out.join("checkpoints"));
     let latest = if resume {
         let l = ckpts.latest()?;
@@ -258,7 +265,11 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
         return Ok(Outcome::Finished);
     }
     if resume {
-        eprintln!("resuming {} at iteration {start} of {}", out.display(), cfg.iterations);
+        eprintln!(
+            "resuming {} at iteration {start} of {}",
+            out.display(),
+            cfg.iterations
+        );
     }
     let resume_from = resume.then_some(start);
     let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
@@ -284,7 +295,7 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
         let [g, sc, o] = PHASES.with(|p| p.get());
         eprintln!("{line} {secs:.1} s (generate {g:.1}, score {sc:.2}, optimise {o:.1})");
         // CORY role exchange after every `swap_period` iterations (spec §2 step 8).
-        if cfg.algo == Algo::Cory && (it + 1) % cfg.swap_period == 0 {
+        if cfg.algo == Algo::Cory && (it + 1).is_multiple_of(cfg.swap_period) {
             copies.swap(0, 1);
             if cfg.reset_state_on_swap {
                 // What the reference's reload does: fresh Adam, β₀, normaliser, minibatch seed.
@@ -302,7 +313,7 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
         }
         let done = it + 1;
         let interrupted = INTERRUPTED.load(Ordering::SeqCst);
-        if done % cfg.checkpoint_every == 0 || done == cfg.iterations || interrupted {
+        if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
             save_checkpoint(&env, &ckpts, &copies, done)?;
         }
         if interrupted {
@@ -323,7 +334,9 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
 
 /// Whether `out` holds a checkpoint to resume from.
 pub fn has_checkpoint(out: &Path) -> Result<bool> {
-    Ok(CheckpointDir::new(out.join("checkpoints")).latest()?.is_some())
+    Ok(CheckpointDir::new(out.join("checkpoints"))
+        .latest()?
+        .is_some())
 }
 
 fn draw(out: &Path) -> Result<()> {
@@ -353,7 +366,10 @@ fn finish(out: &Path, cfg: &RunConfig) -> Result<()> {
         iterations: cfg.iterations,
         final_rows,
     };
-    atomic_write(&out.join(SUMMARY_FILE), serde_json::to_string_pretty(&s)?.as_bytes())?;
+    atomic_write(
+        &out.join(SUMMARY_FILE),
+        serde_json::to_string_pretty(&s)?.as_bytes(),
+    )?;
     eprintln!("done: results in {}", out.display());
     Ok(())
 }
@@ -381,8 +397,7 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usiz
             c.agent.model().save_pretrained(&d)?;
             env.tok.save(&d)?;
         }
-        let json = serde_json::to_string_pretty(&state)?;
-        std::fs::write(dir.join(STATE_FILE), json)?;
+        std::fs::write(dir.join(STATE_FILE), toml::to_string_pretty(&state)?)?;
         Ok(())
     })?;
     ckpts.prune(env.cfg.keep_checkpoints)?;
@@ -394,9 +409,9 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usiz
 /// controller's initial value. See docs/imdb-app.md for what a resumed run cannot restore.
 fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
     let path = dir.join(STATE_FILE);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let state: TrainState = serde_json::from_str(&text)
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let state: TrainState = toml::from_str(&text)
         .with_context(|| format!("invalid checkpoint state {}", path.display()))?;
     if state.format != STATE_FORMAT || state.algo != env.cfg.algo || state.seed != env.cfg.seed {
         bail!(
@@ -587,7 +602,12 @@ fn log_samples(
 
 /// The batch of iteration `it` and its response length (drawn once per batch, spec §1 step 2).
 fn batch_of(env: &Env, it: usize) -> (Vec<&ImdbPrompt>, usize) {
-    let batch: Vec<&ImdbPrompt> = env.order.batch(it).into_iter().map(|i| &env.prompts[i]).collect();
+    let batch: Vec<&ImdbPrompt> = env
+        .order
+        .batch(it)
+        .into_iter()
+        .map(|i| &env.prompts[i])
+        .collect();
     let gen_len = iter_rng(env.cfg.seed, it, stream::RESPONSE_LEN)
         .random_range(env.cfg.response_tokens_min..=env.cfg.response_tokens_max);
     (batch, gen_len)
@@ -605,9 +625,13 @@ fn ppo_iteration(
     let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]);
     let y = generate(env, &c.agent, &q, gen_len, seed, "generating".into())?;
     let y_text = decode_all(&env.tok, &y)?;
-    let full: Vec<String> = q_text.iter().zip(&y_text).map(|(a, b)| format!("{a}{b}")).collect();
+    let full: Vec<String> = q_text
+        .iter()
+        .zip(&y_text)
+        .map(|(a, b)| format!("{a}{b}"))
+        .collect();
     let scores = score(env, &full, it)?;
-    if it % env.cfg.samples_every == 0 {
+    if it.is_multiple_of(env.cfg.samples_every) {
         log_samples(samples, it, &c.name, "policy", &q_text, &y_text, &scores)?;
     }
     let stats = optimise(env, c, &q, &y, &scores, it)?;
@@ -629,7 +653,14 @@ fn cory_iteration(
     let (pio, obs) = (&mut pio[0], &mut obs[0]);
 
     let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]);
-    let y1 = generate(env, &pio.agent, &q, gen_len, seed, format!("{} (pioneer)", pio.name))?;
+    let y1 = generate(
+        env,
+        &pio.agent,
+        &q,
+        gen_len,
+        seed,
+        format!("{} (pioneer)", pio.name),
+    )?;
     let y1_text = decode_all(&env.tok, &y1)?;
     let m_text: Vec<String> = q_text
         .iter()
@@ -641,11 +672,22 @@ fn cory_iteration(
         .map(|t| env.tok.encode(t))
         .collect::<Result<_, _>>()?;
     let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_OBSERVER]);
-    let y2 = generate(env, &obs.agent, &m, gen_len, seed, format!("{} (observer)", obs.name))?;
+    let y2 = generate(
+        env,
+        &obs.agent,
+        &m,
+        gen_len,
+        seed,
+        format!("{} (observer)", obs.name),
+    )?;
     let y2_text = decode_all(&env.tok, &y2)?;
 
     let cat = |ys: &[String]| -> Vec<String> {
-        q_text.iter().zip(ys).map(|(a, b)| format!("{a}{b}")).collect()
+        q_text
+            .iter()
+            .zip(ys)
+            .map(|(a, b)| format!("{a}{b}"))
+            .collect()
     };
     let mut texts = cat(&y1_text);
     texts.extend(cat(&y2_text));
@@ -657,7 +699,14 @@ fn cory_iteration(
     // training rollout).
     let obs_pioneer_format = if env.cfg.pioneer_format_metrics {
         let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_EVAL]);
-        let y = generate(env, &obs.agent, &q, gen_len, seed, format!("{} (plain query)", obs.name))?;
+        let y = generate(
+            env,
+            &obs.agent,
+            &q,
+            gen_len,
+            seed,
+            format!("{} (plain query)", obs.name),
+        )?;
         let r = score(env, &cat(&decode_all(&env.tok, &y)?), it)?;
         let kl = obs.agent.kl_to_reference(&q, &y, &env.reference)?;
         Some((mean(&r), mean(&kl)))
@@ -665,7 +714,7 @@ fn cory_iteration(
         None
     };
 
-    if it % env.cfg.samples_every == 0 {
+    if it.is_multiple_of(env.cfg.samples_every) {
         log_samples(samples, it, &pio.name, "pioneer", &q_text, &y1_text, r1)?;
         let m_ref: Vec<&str> = m_text.iter().map(String::as_str).collect();
         log_samples(samples, it, &obs.name, "observer", &m_ref, &y2_text, r2)?;

@@ -10,9 +10,9 @@ use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::Args;
-use lmrl_models::generation::generate;
-use lmrl_models::sampling::{GenerationConfig, Sampling};
-use lmrl_models::{CausalLm, ModelConfig, load_causal_lm};
+use lmrl_models::generation::{generate, left_pad};
+use lmrl_models::sampling::{GenerationConfig, Sampling, TokenChooser, process_logits};
+use lmrl_models::{CausalLm, KvCache, ModelConfig, load_causal_lm};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -131,6 +131,8 @@ fn bench_model(
         Ok(())
     })?;
 
+    let profile = profile_generation(infer, &prompts, &cfg, args.reps, device)?;
+
     let train_ids = ids(args.batch, args.train_len, vocab, 2);
     let plain_ids = int_tensor(&train_ids, device);
     let ones = Tensor::<2, Int>::ones([args.batch, args.train_len], device);
@@ -168,9 +170,87 @@ fn bench_model(
             "tokens_per_s": (args.batch * args.new_tokens) as f64 / gen_med,
             "secs": gen_secs,
         },
+        "generation_profile": profile,
         "forward_no_grad": { "seq_len": args.train_len, "secs_median": median(fwd_secs.clone()), "secs": fwd_secs },
         "grad_tensors": grad_tensors,
         "forward_backward": { "seq_len": args.train_len, "secs_median": median(fwd_bwd_secs.clone()), "secs": fwd_bwd_secs },
+    }))
+}
+
+/// Where generation time goes: the prefill pass, one cached decode step, and the token choice
+/// (processors + draw) on `[B, V]` logits, each the median of `reps` timings in seconds.
+fn profile_generation(
+    model: &CausalLm,
+    prompts: &[Vec<u32>],
+    cfg: &GenerationConfig,
+    reps: usize,
+    device: &Device,
+) -> Result<serde_json::Value> {
+    let (b, l) = (prompts.len(), prompts[0].len());
+    let vocab = model.config().vocab_size();
+    let (input, mask, pos) = left_pad(prompts, 0, device);
+    let sync = || {
+        device
+            .sync()
+            .map_err(|e| anyhow::anyhow!("device sync: {e:?}"))
+    };
+    let prefill = time_reps(reps, || {
+        let mut cache = KvCache::new(model.num_layers());
+        let out = model.forward(input.clone(), pos.clone(), mask.clone(), Some(&mut cache));
+        let _ = out.logits.narrow(1, l - 1, 1).into_data();
+        sync()
+    })?;
+    let mut cache = KvCache::new(model.num_layers());
+    let out = model.forward(input.clone(), pos.clone(), mask.clone(), Some(&mut cache));
+    let last: Tensor<2> = out.logits.narrow(1, l - 1, 1).reshape([b, vocab]);
+    let step_ids = Tensor::<2, Int>::zeros([b, 1], device);
+    let step_pos = Tensor::<2, Int>::full([b, 1], l as i64, device);
+    let step_mask = Tensor::cat(vec![mask, Tensor::<2, Int>::ones([b, 1], device)], 1);
+    let decode = time_reps(reps, || {
+        // a fresh copy of the prefilled cache each time, so every step sees past = L
+        let mut c = cache.clone();
+        let out = model.forward(
+            step_ids.clone(),
+            step_pos.clone(),
+            step_mask.clone(),
+            Some(&mut c),
+        );
+        let _ = out.logits.into_data();
+        sync()
+    })?;
+    let mut chooser = TokenChooser::new(cfg);
+    let choose_sample = time_reps(reps, || {
+        chooser.choose(process_logits(last.clone(), None, cfg))?;
+        Ok(())
+    })?;
+    let greedy = GenerationConfig {
+        sampling: Sampling::Greedy,
+        ..cfg.clone()
+    };
+    let mut greedy_chooser = TokenChooser::new(&greedy);
+    let choose_greedy = time_reps(reps, || {
+        greedy_chooser.choose(last.clone())?;
+        Ok(())
+    })?;
+    let nucleus = GenerationConfig {
+        sampling: Sampling::Sample {
+            temperature: 0.7,
+            top_k: 50,
+            top_p: 0.9,
+        },
+        ..cfg.clone()
+    };
+    let mut nucleus_chooser = TokenChooser::new(&nucleus);
+    let choose_topk_topp = time_reps(reps, || {
+        nucleus_chooser.choose(process_logits(last.clone(), None, &nucleus))?;
+        Ok(())
+    })?;
+    Ok(serde_json::json!({
+        "prefill_secs": median(prefill),
+        "decode_step_secs": median(decode),
+        "choose_sample_secs": median(choose_sample),
+        "choose_greedy_secs": median(choose_greedy),
+        "choose_topk50_topp09_secs": median(choose_topk_topp),
     }))
 }
 
@@ -178,16 +258,16 @@ pub fn run(args: &BenchArgs, device: &Device) -> Result<()> {
     let ad = device.clone().autodiff();
     if !args.skip_gpt2 {
         let cfg = gpt2_small()?;
-        let infer = CausalLm::init(&cfg, device);
-        // the same weights on the autodiff device
-        let train = infer.clone().fork(&ad);
+        // parameters tracked on the autodiff device; `valid()` is the same weights, untracked
+        let train = CausalLm::init(&cfg, &ad);
+        let infer = train.valid();
         let r = bench_model("gpt2-small-random", &infer, &train, args, device)?;
         println!("{r}");
     }
     if let Some(path) = &args.model {
-        let infer = load_causal_lm(path, device)
+        let train = load_causal_lm(path, &ad)
             .with_context(|| format!("loading model {}", path.display()))?;
-        let train = infer.clone().fork(&ad);
+        let infer = train.valid();
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),

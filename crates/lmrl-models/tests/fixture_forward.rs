@@ -798,6 +798,18 @@ fn perf_breakdown() {
             .sum()
             .into_scalar()
     });
+    time("dense(h, wte^T view)", &|| {
+        lmrl_models::model::dense(h.clone(), m.wte.weight.val().transpose(), None)
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    time("dense(h, contiguous)", &|| {
+        lmrl_models::model::dense(h.clone(), wt.clone(), None)
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
+    });
     time("head matmul(h, wte^T)", &|| {
         h.clone()
             .reshape([b * s, 768])
@@ -807,15 +819,70 @@ fn perf_breakdown() {
             .into_scalar()
     });
     let x = h.clone();
+    let h1 = Tensor::<3>::random(
+        [b, 1, 768],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &dev,
+    );
+    time("decode head dense(h1, wte^T view)", &|| {
+        lmrl_models::model::dense(h1.clone(), m.wte.weight.val().transpose(), None)
+            .narrow(2, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    time("decode head dense(h1, contiguous)", &|| {
+        lmrl_models::model::dense(h1.clone(), wt.clone(), None)
+            .narrow(2, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    time("decode block (cache 48)", &|| {
+        let mut cache = KvCache::new(1);
+        let kv = Tensor::<4>::random(
+            [b, 12, 48, 64],
+            burn::tensor::Distribution::Normal(0.0, 1.0),
+            &dev,
+        );
+        cache.append(0, kv.clone(), kv);
+        let m1 = vec![vec![1i64; 49]; b];
+        let bias = lmrl_models::attention::attention_bias(int_tensor(&m1, &dev), 48, 1);
+        m.h[0]
+            .forward(h1.clone(), bias, 0, Some(&mut cache))
+            .narrow(2, 0, 1)
+            .sum()
+            .into_scalar()
+    });
+    time("decode c_fc+c_proj", &|| {
+        let y = lmrl_models::model::apply_linear(&m.h[0].mlp.c_fc, h1.clone());
+        lmrl_models::model::apply_linear(&m.h[0].mlp.c_proj, y)
+            .narrow(2, 0, 1)
+            .sum()
+            .into_scalar()
+    });
     time("full gpt2 block", &|| {
         let bias = lmrl_models::attention::attention_bias(int_tensor(&mask, &dev), 0, s);
-        m.h[0].forward(x.clone(), bias, 0, None).narrow(1, 0, 1).sum().into_scalar()
+        m.h[0]
+            .forward(x.clone(), bias, 0, None)
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
     });
     time("embeddings", &|| {
-        let pos = Tensor::<1, Int>::arange(0..s as i64, &dev).reshape([1, s]).expand([b, s]);
-        (m.wte.forward(int_tensor(&ids, &dev)) + m.wpe.forward(pos)).narrow(1, 0, 1).sum().into_scalar()
+        let pos = Tensor::<1, Int>::arange(0..s as i64, &dev)
+            .reshape([1, s])
+            .expand([b, s]);
+        (m.wte.forward(int_tensor(&ids, &dev)) + m.wpe.forward(pos))
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
     });
-    time("ln_f", &|| m.ln_f.forward(x.clone()).narrow(1, 0, 1).sum().into_scalar());
+    time("ln_f", &|| {
+        m.ln_f
+            .forward(x.clone())
+            .narrow(1, 0, 1)
+            .sum()
+            .into_scalar()
+    });
     time("one block", &|| {
         let bias = lmrl_models::attention::attention_bias(int_tensor(&mask, &dev), 0, s);
         let q = lmrl_models::attention::split_heads(x.clone(), 12);

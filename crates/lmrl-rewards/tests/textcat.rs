@@ -62,11 +62,10 @@ fn builtin_tokenizer_matches_spacy_tokens() {
 }
 
 fn load() -> TextCat {
-    TextCat::load_default().unwrap_or_else(|e| panic!("{e}"))
+    TextCat::load(&common::asset("imdb-textcat")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
-#[ignore = "needs the imdb-textcat asset"]
 fn spacy_tokens_give_spacy_probabilities() {
     let tc = load();
     assert_eq!(tc.labels(), ["POS", "NEG"]);
@@ -98,7 +97,6 @@ fn spacy_tokens_give_spacy_probabilities() {
 }
 
 #[test]
-#[ignore = "needs the imdb-textcat asset"]
 fn own_tokenizer_same_class() {
     let tc = load();
     let (same, n, matched, total) = agreement(tc.tokenizer());

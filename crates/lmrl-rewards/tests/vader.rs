@@ -4,9 +4,8 @@ mod common;
 use lmrl_rewards::Vader;
 
 #[test]
-#[ignore = "needs the vader lexicon asset"]
 fn compound_matches_vader_sentiment() {
-    let v = Vader::load_default().unwrap_or_else(|e| panic!("{e}"));
+    let v = Vader::load(&common::asset("vader")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         v.lexicon_len(),
         7506,

@@ -242,13 +242,13 @@ impl CoryTrainer {
     /// step on their own context with the combined score; the roles are exchanged every
     /// `swap_every` iterations.
     ///
-    /// `gen` is used as given for the pioneer; the observer's sampler seed is `gen.seed + 1`
-    /// and the query-only evaluation's `gen.seed + 2`, so the three sample streams differ.
+    /// `generation` is used as given for the pioneer; the observer's sampler seed is `generation.seed + 1`
+    /// and the query-only evaluation's `generation.seed + 2`, so the three sample streams differ.
     /// All three use the same `max_new_tokens` (the reference draws one `gen_len` for all).
     pub fn iteration<E: CoryEnv>(
         &mut self,
         queries: &[Vec<u32>],
-        gen: &GenerationConfig,
+        generation: &GenerationConfig,
         env: &mut E,
     ) -> Result<CoryIterationStats> {
         let q_text = queries
@@ -257,7 +257,7 @@ impl CoryTrainer {
             .collect::<Result<Vec<_>>>()?;
 
         // Pioneer.
-        let y1 = self.slots[0].generate(queries, gen)?.tokens;
+        let y1 = self.slots[0].generate(queries, generation)?.tokens;
         let y1_text = y1
             .iter()
             .map(|y| ext("decode", env.decode(y)))
@@ -273,8 +273,8 @@ impl CoryTrainer {
             })
             .collect::<Result<Vec<_>>>()?;
         let gen_obs = GenerationConfig {
-            seed: gen.seed.wrapping_add(1),
-            ..gen.clone()
+            seed: generation.seed.wrapping_add(1),
+            ..generation.clone()
         };
         let y2 = self.slots[1].generate(&m_ids, &gen_obs)?.tokens;
         let y2_text = y2
@@ -298,8 +298,8 @@ impl CoryTrainer {
         // Observer in pioneer format, before its update (like the pioneer's own metrics).
         let obs_query_only = if self.config.eval_query_only {
             let gen_eval = GenerationConfig {
-                seed: gen.seed.wrapping_add(2),
-                ..gen.clone()
+                seed: generation.seed.wrapping_add(2),
+                ..generation.clone()
             };
             let yq = self.slots[1].generate(queries, &gen_eval)?.tokens;
             let yq_text = yq
@@ -364,7 +364,8 @@ impl CoryTrainer {
         };
         let index = self.iteration;
         self.iteration += 1;
-        let swap = self.config.swap_every > 0 && self.iteration % self.config.swap_every == 0;
+        let swap =
+            self.config.swap_every > 0 && self.iteration.is_multiple_of(self.config.swap_every);
         if swap {
             self.swap_roles();
         }

@@ -25,8 +25,18 @@ fn models() -> (LmWithValueHead, CausalLm, Device) {
 }
 
 fn batch() -> (Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<f32>) {
-    let q = vec![vec![5, 17, 300], vec![42, 7, 9, 11, 600], vec![3, 3], vec![999, 100, 250, 4]];
-    let y = vec![vec![8, 9, 10, 11], vec![12], vec![77, 78, 79], vec![500, 501]];
+    let q = vec![
+        vec![5, 17, 300],
+        vec![42, 7, 9, 11, 600],
+        vec![3, 3],
+        vec![999, 100, 250, 4],
+    ];
+    let y = vec![
+        vec![8, 9, 10, 11],
+        vec![12],
+        vec![77, 78, 79],
+        vec![500, 501],
+    ];
     (q, y, vec![1.0, -0.5, 2.0, 0.3])
 }
 
@@ -46,7 +56,8 @@ fn cfg() -> PpoConfig {
 struct Snapshot(Vec<f32>);
 impl ModuleVisitor for Snapshot {
     fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
-        self.0.extend(p.val().try_into_vec_as::<f32>().expect("read"));
+        self.0
+            .extend(p.val().try_into_vec_as::<f32>().expect("read"));
     }
 }
 fn snapshot<M: Module>(m: &M) -> Vec<f32> {
@@ -63,10 +74,14 @@ fn one_step_changes_parameters_and_lowers_the_loss() {
     let before_params = snapshot(agent.model());
     let beta = agent.kl_coef();
     let old = agent.rollout(&q, &y, &reference).unwrap();
-    let before = agent.evaluate_loss(&q, &y, &s, &reference, beta, Some(&old)).unwrap();
+    let before = agent
+        .evaluate_loss(&q, &y, &s, &reference, beta, Some(&old))
+        .unwrap();
     let stats = agent.step(&q, &y, &s, &reference).unwrap();
     let after_params = snapshot(agent.model());
-    let after = agent.evaluate_loss(&q, &y, &s, &reference, beta, Some(&old)).unwrap();
+    let after = agent
+        .evaluate_loss(&q, &y, &s, &reference, beta, Some(&old))
+        .unwrap();
     let changed = before_params
         .iter()
         .zip(&after_params)
@@ -79,8 +94,16 @@ fn one_step_changes_parameters_and_lowers_the_loss() {
         before_params.len(),
         stats.to_trl_map()
     );
-    assert!(changed > before_params.len() / 2, "only {changed} parameters moved");
-    assert!(after.loss_total < before.loss_total, "{} !< {}", after.loss_total, before.loss_total);
+    assert!(
+        changed > before_params.len() / 2,
+        "only {changed} parameters moved"
+    );
+    assert!(
+        after.loss_total < before.loss_total,
+        "{} !< {}",
+        after.loss_total,
+        before.loss_total
+    );
     assert_eq!(stats.optimizer_steps, 1);
     assert_eq!(stats.objective_kl_coef, beta);
     // Policy == reference before the step: KL 0 and approxkl 0 at the first minibatch.
@@ -96,7 +119,8 @@ fn kl_of_a_policy_with_itself_is_zero() {
     let (policy, reference, ad) = models();
     let (q, y, _) = batch();
     for kind in ["full", "kl", "abs", "mse"] {
-        let c: PpoConfig = serde_json::from_value(serde_json::json!({ "kl_penalty": kind })).unwrap();
+        let c: PpoConfig =
+            serde_json::from_value(serde_json::json!({ "kl_penalty": kind })).unwrap();
         let agent = PpoAgent::new(policy.clone(), c, &ad).unwrap();
         let kl = agent.kl_to_reference(&q, &y, &reference).unwrap();
         assert_eq!(kl.len(), 4);
@@ -117,12 +141,17 @@ fn nan_and_shape_errors_are_typed() {
         matches!(err, RlError::NonFinite { ref what, ref location, .. } if what == "scores" && location == "element 2"),
         "{err}"
     );
-    let err = agent.step(&q[..3], &y[..3], &s[..3], &reference).unwrap_err();
+    let err = agent
+        .step(&q[..3], &y[..3], &s[..3], &reference)
+        .unwrap_err();
     assert!(matches!(err, RlError::Shape { .. }), "{err}");
     let mut y2 = y.clone();
     y2[1].clear();
     let err = agent.step(&q, &y2, &[0.0; 4], &reference).unwrap_err();
-    assert!(matches!(err, RlError::EmptyResponse { sample: 1, .. }), "{err}");
+    assert!(
+        matches!(err, RlError::EmptyResponse { sample: 1, .. }),
+        "{err}"
+    );
     assert!(PpoAgent::new(agent.model().clone(), cfg(), &Device::flex()).is_err());
 }
 
@@ -164,11 +193,21 @@ fn accumulation_and_clipping_run_end_to_end() {
     let st = agent.step(&q, &y, &s, &reference).unwrap();
     assert_eq!(st.optimizer_steps, 4, "2 epochs × 2 backward batches");
     assert!(st.grad_norm.is_some_and(f32::is_finite));
-    assert!(st.mean_scores.abs() < 1e-5, "normalised scores have mean 0: {}", st.mean_scores);
+    assert!(
+        st.mean_scores.abs() < 1e-5,
+        "normalised scores have mean 0: {}",
+        st.mean_scores
+    );
     let st2 = agent.step(&q, &y, &s, &reference).unwrap();
-    assert!(st2.objective_kl > 0.0, "the policy moved away from the reference");
+    assert!(
+        st2.objective_kl > 0.0,
+        "the policy moved away from the reference"
+    );
     assert!(agent.running_moments().count > 7.9);
     agent.reset_state();
     assert_eq!(agent.kl_coef(), agent.config().init_kl_coef);
-    assert_eq!(*agent.running_moments(), lmrl_rl::ppo::RunningMoments::new());
+    assert_eq!(
+        *agent.running_moments(),
+        lmrl_rl::ppo::RunningMoments::new()
+    );
 }

@@ -55,7 +55,10 @@ fn full_kl_is_zero_against_itself_and_matches_hand_value() {
         TensorData::new(vec![0.75f32.ln(), 0.25f32.ln()], [1, 1, 2]),
         &dev(),
     );
-    let q = Tensor::<3>::from_data(TensorData::new(vec![0.5f32.ln(), 0.5f32.ln()], [1, 1, 2]), &dev());
+    let q = Tensor::<3>::from_data(
+        TensorData::new(vec![0.5f32.ln(), 0.5f32.ln()], [1, 1, 2]),
+        &dev(),
+    );
     let want = 0.75 * 1.5f32.ln() + 0.25 * 0.5f32.ln();
     close(&host(kl_full(p, q)), &[want], 1e-6);
 }
@@ -67,7 +70,10 @@ fn full_kl_without_distributions_is_a_config_error() {
         full: None,
     };
     let err = kl_penalty(KlPenalty::Full, &g, &g).unwrap_err();
-    assert!(matches!(err, RlError::Config { ref field, .. } if field == "kl_penalty"), "{err}");
+    assert!(
+        matches!(err, RlError::Config { ref field, .. } if field == "kl_penalty"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -75,7 +81,11 @@ fn rewards_put_the_score_on_the_last_unmasked_token() {
     let mask = ResponseMask::from_lengths(&[3, 1], 3, &dev()).unwrap();
     let kls = t2(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3);
     let r = compute_rewards(t1(&[10.0, 20.0]), kls, &mask, 0.5).unwrap();
-    close(&host(r.non_score_rewards), &[-0.5, -1.0, -1.5, -2.0, -2.5, -3.0], 1e-7);
+    close(
+        &host(r.non_score_rewards),
+        &[-0.5, -1.0, -1.5, -2.0, -2.5, -3.0],
+        1e-7,
+    );
     close(&host(r.rewards), &[-0.5, -1.0, 8.5, 18.0, -2.5, -3.0], 1e-6);
 }
 
@@ -83,17 +93,40 @@ fn rewards_put_the_score_on_the_last_unmasked_token() {
 fn empty_response_is_a_typed_error_naming_the_sample() {
     let mask = ResponseMask::from_lengths(&[2, 0], 2, &dev()).unwrap();
     let err = compute_rewards(t1(&[1.0, 1.0]), t2(&[0.0; 4], 2, 2), &mask, 0.1).unwrap_err();
-    assert!(matches!(err, RlError::EmptyResponse { sample: 1, .. }), "{err}");
+    assert!(
+        matches!(err, RlError::EmptyResponse { sample: 1, .. }),
+        "{err}"
+    );
 }
 
 #[test]
 fn all_masked_batch_is_a_typed_error() {
     let mask = ResponseMask::from_lengths(&[0, 0], 2, &dev()).unwrap();
     let err = masked_mean("x", t2(&[1.0; 4], 2, 2), &mask).unwrap_err();
-    assert!(matches!(err, RlError::TooFewTokens { needed: 1, found: 0, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            RlError::TooFewTokens {
+                needed: 1,
+                found: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let one = ResponseMask::from_lengths(&[1, 0], 2, &dev()).unwrap();
     let err = masked_var("x", t2(&[1.0; 4], 2, 2), &one, true).unwrap_err();
-    assert!(matches!(err, RlError::TooFewTokens { needed: 2, found: 1, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            RlError::TooFewTokens {
+                needed: 2,
+                found: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -139,7 +172,11 @@ fn gae_matches_a_hand_computation() {
     let a0 = d0 + g * l * a1;
     let adv = compute_advantages(t2(&v, 1, 4), t2(&r, 1, 4), &mask, 0.9, 0.8, false).unwrap();
     close(&host(adv.values), &vm, 1e-7);
-    close(&host(adv.returns), &[a0 + vm[0], a1 + vm[1], a2 + vm[2], 0.0], 1e-6);
+    close(
+        &host(adv.returns),
+        &[a0 + vm[0], a1 + vm[1], a2 + vm[2], 0.0],
+        1e-6,
+    );
     // Whitened over the 3 unmasked tokens, unbiased variance.
     let m = (a0 + a1 + a2) / 3.0;
     let var = ((a0 - m).powi(2) + (a1 - m).powi(2) + (a2 - m).powi(2)) / 2.0;
@@ -169,7 +206,10 @@ fn whiten_shift_mean_false_keeps_the_mean() {
     assert!((mean - 3.0).abs() < 1e-5);
     let w0 = host(whiten("x", x, true).unwrap());
     let var: f32 = w0.iter().map(|v| v * v).sum::<f32>() / 3.0;
-    assert!((var - 1.0).abs() < 1e-4, "unit unbiased variance, got {var}");
+    assert!(
+        (var - 1.0).abs() < 1e-4,
+        "unit unbiased variance, got {var}"
+    );
     let mask = ResponseMask::from_lengths(&[2, 2], 2, &dev()).unwrap();
     let mw = host(masked_whiten("x", t2(&[1.0, 2.0, 3.0, 6.0], 2, 2), &mask, true).unwrap());
     close(&mw, &w0, 1e-6);
@@ -180,7 +220,12 @@ fn loss_inputs(delta_logp: f32) -> (LossInputs, ResponseMask) {
     let old = [-1.0f32, -2.0, -0.5, 0.0];
     let new: Vec<f32> = old.iter().map(|x| x + delta_logp).collect();
     let logits = Tensor::<3>::from_data(
-        TensorData::new(vec![0.1f32, 0.2, 0.3, 0.0, 1.0, -1.0, 0.5, 0.5, 0.5, 0.2, 0.1, 0.0], [2, 2, 3]),
+        TensorData::new(
+            vec![
+                0.1f32, 0.2, 0.3, 0.0, 1.0, -1.0, 0.5, 0.5, 0.5, 0.2, 0.1, 0.0,
+            ],
+            [2, 2, 3],
+        ),
         &dev(),
     );
     (
@@ -204,8 +249,16 @@ fn loss_by_hand_at_ratio_one() {
     // ρ = 1: L_pg = mean(−Â) over the 3 tokens = −(1 − 1 + 0.5)/3.
     let pg = -(0.5f32) / 3.0;
     // V^clip = clip(V^new, V^old ± 0.2): 0.5→0.3, 0.1→0.1 (within 0.0..0.4), 0.3→0.3.
-    let l1 = [(0.5f32 - 0.2).powi(2), (0.1f32 - 0.2).powi(2), (0.3f32 - 0.2).powi(2)];
-    let l2 = [(0.3f32 - 0.2).powi(2), (0.1f32 - 0.2).powi(2), (0.3f32 - 0.2).powi(2)];
+    let l1 = [
+        (0.5f32 - 0.2).powi(2),
+        (0.1f32 - 0.2).powi(2),
+        (0.3f32 - 0.2).powi(2),
+    ];
+    let l2 = [
+        (0.3f32 - 0.2).powi(2),
+        (0.1f32 - 0.2).powi(2),
+        (0.3f32 - 0.2).powi(2),
+    ];
     let vf = 0.5 * (l1[0].max(l2[0]) + l1[1].max(l2[1]) + l1[2].max(l2[2])) / 3.0;
     assert!((out.stats.loss_policy - pg).abs() < 1e-6);
     assert!((out.stats.loss_value - vf).abs() < 1e-6);
@@ -244,7 +297,10 @@ fn nan_loss_from_nan_returns_is_a_typed_error() {
     let (mut inp, mask) = loss_inputs(0.0);
     inp.returns = t2(&[0.2, f32::NAN, 0.2, 0.0], 2, 2);
     let err = ppo_loss(inp, &mask, &params()).unwrap_err();
-    assert!(matches!(err, RlError::NonFinite { ref what, .. } if what == "ppo/loss/total"), "{err}");
+    assert!(
+        matches!(err, RlError::NonFinite { ref what, .. } if what == "ppo/loss/total"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -284,7 +340,10 @@ fn score_scaling_semantics() {
     let xs = [1.0f32, 3.0];
     // Norm without scaling does nothing (TRL only looks at use_score_norm inside scaling).
     let mut rm = RunningMoments::new();
-    assert_eq!(normalise_scores(&xs, &mut rm, false, true, None).unwrap(), xs.to_vec());
+    assert_eq!(
+        normalise_scores(&xs, &mut rm, false, true, None).unwrap(),
+        xs.to_vec()
+    );
     assert_eq!(rm, RunningMoments::new());
     // Scaling only divides by σ = std([1, 3]) = √2.
     let mut rm = RunningMoments::new();
@@ -295,7 +354,8 @@ fn score_scaling_semantics() {
     let mut rm = RunningMoments::new();
     let s = normalise_scores(&xs, &mut rm, true, true, Some(0.5)).unwrap();
     close(&s, &[-0.5, 0.5], 1e-6);
-    let err = normalise_scores(&[f32::NAN], &mut RunningMoments::new(), true, true, None).unwrap_err();
+    let err =
+        normalise_scores(&[f32::NAN], &mut RunningMoments::new(), true, true, None).unwrap_err();
     assert!(matches!(err, RlError::NonFinite { .. }));
 }
 
@@ -307,12 +367,22 @@ fn config_validation_and_serde() {
         mini_batch_size: 512,
         ..PpoConfig::default()
     };
-    assert!(matches!(bad.validate(), Err(RlError::Config { ref field, .. }) if field == "mini_batch_size"));
-    for field in ["batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"] {
+    assert!(
+        matches!(bad.validate(), Err(RlError::Config { ref field, .. }) if field == "mini_batch_size")
+    );
+    for field in [
+        "batch_size",
+        "mini_batch_size",
+        "gradient_accumulation_steps",
+        "ppo_epochs",
+    ] {
         let mut v = serde_json::to_value(PpoConfig::default()).unwrap();
         v[field] = 0.into();
         let c: PpoConfig = serde_json::from_value(v).unwrap();
-        assert!(matches!(c.validate(), Err(RlError::Config { field: ref f, .. }) if f == field), "{field}");
+        assert!(
+            matches!(c.validate(), Err(RlError::Config { field: ref f, .. }) if f == field),
+            "{field}"
+        );
     }
     let indivisible = PpoConfig {
         batch_size: 10,
@@ -320,14 +390,26 @@ fn config_validation_and_serde() {
         ..PpoConfig::default()
     };
     assert!(indivisible.validate().is_err());
-    let c: PpoConfig = serde_json::from_str(r#"{"kl_penalty": "mse", "init_kl_coef": 0.1}"#).unwrap();
+    let c: PpoConfig =
+        serde_json::from_str(r#"{"kl_penalty": "mse", "init_kl_coef": 0.1}"#).unwrap();
     assert_eq!(c.kl_penalty, KlPenalty::Mse);
     assert_eq!(c.ppo_epochs, 4);
     assert!(serde_json::from_str::<PpoConfig>(r#"{"kl_penalti": "mse"}"#).is_err());
     let d = PpoConfig::default();
     assert_eq!(
-        (d.learning_rate, d.batch_size, d.ppo_epochs, d.target, d.horizon, d.lam, d.vf_coef),
+        (
+            d.learning_rate,
+            d.batch_size,
+            d.ppo_epochs,
+            d.target,
+            d.horizon,
+            d.lam,
+            d.vf_coef
+        ),
         (1.41e-5, 256, 4, 6.0, 10000.0, 0.95, 0.1)
     );
-    assert_eq!((d.adam_epsilon, d.adam_beta1, d.adam_beta2), (1e-8, 0.9, 0.999));
+    assert_eq!(
+        (d.adam_epsilon, d.adam_beta1, d.adam_beta2),
+        (1e-8, 0.9, 0.999)
+    );
 }

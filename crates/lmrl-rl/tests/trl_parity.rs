@@ -16,7 +16,8 @@ use serde_json::Value;
 const TOL: f64 = 1e-5;
 
 fn fixture() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/ppo-trl/expected.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/ppo-trl/expected.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("fixture is JSON")
 }
@@ -111,7 +112,11 @@ fn trl_parity_rewards_advantages_loss() {
         .expect("rewards");
     let cr = &fx["compute_rewards"];
     assert_close("kls", shaped.kls.clone(), &cr["kls"]);
-    assert_close("non_score_rewards", shaped.non_score_rewards.clone(), &cr["non_score_rewards"]);
+    assert_close(
+        "non_score_rewards",
+        shaped.non_score_rewards.clone(),
+        &cr["non_score_rewards"],
+    );
     assert_close("rewards", shaped.rewards.clone(), &cr["rewards"]);
 
     // compute_advantages
@@ -149,12 +154,24 @@ fn trl_parity_rewards_advantages_loss() {
     let l = &fx["loss"];
     let scalar = |t: Tensor<1>| f64::from(t.into_scalar::<f32>());
     assert_scalar("pg_loss", scalar(out.pg_loss.clone()), &l["pg_loss"]);
-    assert_scalar("vf_loss_weighted", scalar(out.vf_loss_weighted.clone()), &l["vf_loss_weighted"]);
+    assert_scalar(
+        "vf_loss_weighted",
+        scalar(out.vf_loss_weighted.clone()),
+        &l["vf_loss_weighted"],
+    );
     assert_scalar("entropy", out.stats.policy_entropy.into(), &l["entropy"]);
     assert_scalar("approxkl", out.stats.policy_approxkl.into(), &l["approxkl"]);
     assert_scalar("policykl", out.stats.policy_policykl.into(), &l["policykl"]);
-    assert_scalar("pg_clipfrac", out.stats.policy_clipfrac.into(), &l["pg_clipfrac"]);
-    assert_scalar("vf_clipfrac", out.stats.val_clipfrac.into(), &l["vf_clipfrac"]);
+    assert_scalar(
+        "pg_clipfrac",
+        out.stats.policy_clipfrac.into(),
+        &l["pg_clipfrac"],
+    );
+    assert_scalar(
+        "vf_clipfrac",
+        out.stats.val_clipfrac.into(),
+        &l["vf_clipfrac"],
+    );
     // The logged statistics agree with the returned tensors.
     assert_scalar("loss/policy", out.stats.loss_policy.into(), &l["pg_loss"]);
     let vf_w = l["vf_loss_weighted"].as_f64().expect("number");
@@ -162,7 +179,10 @@ fn trl_parity_rewards_advantages_loss() {
     assert!(!out.skipped, "the fixture's ratio is below the threshold");
     let total = scalar(out.loss);
     let want_total = l["pg_loss"].as_f64().expect("n") + vf_w;
-    assert!((total - want_total).abs() <= TOL, "total loss {total} vs {want_total}");
+    assert!(
+        (total - want_total).abs() <= TOL,
+        "total loss {total} vs {want_total}"
+    );
 }
 
 #[test]
@@ -200,7 +220,10 @@ fn trl_parity_running_moments_normalisation() {
         let (want, _) = array(want);
         for (j, (g, w)) in got.iter().zip(&want).enumerate() {
             let err = (f64::from(*g) - f64::from(*w)).abs();
-            assert!(err <= TOL, "batch {i} score {j}: got {g}, TRL {w}, |diff| {err:e}");
+            assert!(
+                err <= TOL,
+                "batch {i} score {j}: got {g}, TRL {w}, |diff| {err:e}"
+            );
         }
     }
 }

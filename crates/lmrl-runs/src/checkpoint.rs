@@ -46,9 +46,10 @@ impl CheckpointDir {
     ) -> Result<PathBuf> {
         std::fs::create_dir_all(&self.root).map_err(io(&self.root))?;
         let dest = self.path_for(iterations);
-        let tmp = self
-            .root
-            .join(format!(".tmp-{PREFIX}{iterations:06}-{}", std::process::id()));
+        let tmp = self.root.join(format!(
+            ".tmp-{PREFIX}{iterations:06}-{}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&tmp);
         let result = (|| -> std::result::Result<(), RunError> {
             std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
@@ -84,7 +85,9 @@ impl CheckpointDir {
         for entry in std::fs::read_dir(&self.root).map_err(io(&self.root))? {
             let entry = entry.map_err(io(&self.root))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(n) = name.strip_prefix(PREFIX).and_then(|n| n.parse::<usize>().ok())
+            if let Some(n) = name
+                .strip_prefix(PREFIX)
+                .and_then(|n| n.parse::<usize>().ok())
                 && entry.path().is_dir()
             {
                 out.push((n, entry.path()));
@@ -243,7 +246,10 @@ mod tests {
         }
         let all = c.list().unwrap();
         assert_eq!(all.len(), 1);
-        assert_eq!(std::fs::read_to_string(all[0].1.join("w.bin")).unwrap(), "one");
+        assert_eq!(
+            std::fs::read_to_string(all[0].1.join("w.bin")).unwrap(),
+            "one"
+        );
         let hidden = std::fs::read_dir(c.root())
             .unwrap()
             .filter(|e| {

@@ -28,14 +28,23 @@ pub fn plot_run(rows: &[MetricRow], dir: &Path) -> Result<()> {
     let panels: [(&str, &str, Pick); 3] = [
         ("task_reward", "task reward", |r| r.task_reward),
         ("kl", "KL (nats)", |r| r.kl),
-        ("combined_reward", "task reward − β·KL", |r| r.combined_reward),
+        ("combined_reward", "task reward − β·KL", |r| {
+            r.combined_reward
+        }),
     ];
     for (name, label, pick) in panels {
         let series = by_agent(rows, |r| (r.iteration as f64, pick(r)));
         draw_lines(dir, name, "iteration", label, &series, false)?;
     }
     let series = by_agent(rows, |r| (r.kl, r.task_reward));
-    draw_lines(dir, "reward_vs_kl", "KL (nats)", "task reward", &series, true)
+    draw_lines(
+        dir,
+        "reward_vs_kl",
+        "KL (nats)",
+        "task reward",
+        &series,
+        true,
+    )
 }
 
 fn by_agent(rows: &[MetricRow], xy: impl Fn(&MetricRow) -> (f64, f64)) -> Vec<Series> {
@@ -163,7 +172,10 @@ where
     });
     let (xr, yr) = ranges(corners);
     let mut chart = ChartBuilder::on(&area)
-        .caption("task reward vs KL (mean ± std over seeds)", ("sans-serif", 22))
+        .caption(
+            "task reward vs KL (mean ± std over seeds)",
+            ("sans-serif", 22),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
@@ -282,7 +294,12 @@ mod draw_tests {
         let dir = std::env::temp_dir().join(format!("lmrl-plots-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let rows: Vec<_> = (0..10)
-            .flat_map(|i| [row(i, "llm1", i as f64 * 0.1), row(i, "llm2", i as f64 * 0.12)])
+            .flat_map(|i| {
+                [
+                    row(i, "llm1", i as f64 * 0.1),
+                    row(i, "llm2", i as f64 * 0.12),
+                ]
+            })
             .collect();
         plot_run(&rows, &dir).unwrap();
         for name in ["task_reward", "kl", "combined_reward", "reward_vs_kl"] {

@@ -432,7 +432,10 @@ impl PpoAgent {
         let entropy_rows: Vec<f64> = (0..bs)
             .map(|i| {
                 (0..t_max)
-                    .map(|t| -f64::from(old_logprobs[i * t_max + t]) * f64::from(mask_host[i * t_max + t]))
+                    .map(|t| {
+                        -f64::from(old_logprobs[i * t_max + t])
+                            * f64::from(mask_host[i * t_max + t])
+                    })
                     .sum()
             })
             .collect();

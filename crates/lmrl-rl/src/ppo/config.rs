@@ -155,7 +155,10 @@ impl PpoConfig {
         for (field, v) in [
             ("batch_size", self.batch_size),
             ("mini_batch_size", self.mini_batch_size),
-            ("gradient_accumulation_steps", self.gradient_accumulation_steps),
+            (
+                "gradient_accumulation_steps",
+                self.gradient_accumulation_steps,
+            ),
             ("ppo_epochs", self.ppo_epochs),
         ] {
             if v == 0 {
@@ -175,7 +178,7 @@ impl PpoConfig {
             );
         }
         let bbs = self.backward_batch_size();
-        if bbs > self.batch_size || self.batch_size % bbs != 0 {
+        if bbs > self.batch_size || !self.batch_size.is_multiple_of(bbs) {
             return bad(
                 "gradient_accumulation_steps",
                 format!(

@@ -45,10 +45,7 @@ pub struct TokenLogProbs {
 
 /// TRL `logprobs_from_logits(logits, labels)`: log-softmax over the vocabulary, then the entry of
 /// each label. `logits` `[B, T, V]`, `labels` `[B, T]` → `[B, T]`.
-pub fn logprobs_from_logits(
-    logits: Tensor<3>,
-    labels: Tensor<2, burn::tensor::Int>,
-) -> Tensor<2> {
+pub fn logprobs_from_logits(logits: Tensor<3>, labels: Tensor<2, burn::tensor::Int>) -> Tensor<2> {
     gather_logprobs(log_softmax(logits, 2), labels)
 }
 

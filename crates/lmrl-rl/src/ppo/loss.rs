@@ -189,13 +189,9 @@ pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Resu
     // Statistics, on detached tensors, read back in one transfer.
     let ratio_d = ratio.detach();
     let log_ratio_d = log_ratio.detach();
-    let entropy = masked_mean(
-        "policy/entropy",
-        entropy_from_logits(logits.detach()),
-        mask,
-    )?;
-    let approxkl = masked_mean("policy/approxkl", log_ratio_d.clone().square(), mask)?
-        .mul_scalar(0.5);
+    let entropy = masked_mean("policy/entropy", entropy_from_logits(logits.detach()), mask)?;
+    let approxkl =
+        masked_mean("policy/approxkl", log_ratio_d.clone().square(), mask)?.mul_scalar(0.5);
     let policykl = masked_mean("policy/policykl", log_ratio_d.neg(), mask)?;
     let adv_mean = masked_mean("policy/advantages_mean", advantages, mask)?;
     let ratio_mean = masked_mean("policy/ratio", ratio_d, mask)?;

@@ -30,12 +30,12 @@ pub mod whiten;
 
 pub use advantages::{Advantages, compute_advantages};
 pub use agent::{PpoAgent, Rollout};
-pub use grad::{clip_grad_norm, global_grad_norm};
-pub use stats::PpoStats;
 pub use config::PpoConfig;
+pub use grad::{clip_grad_norm, global_grad_norm};
 pub use kl::{KlPenalty, TokenLogProbs, kl_penalty};
 pub use kl_controller::{AdaptiveKlController, FixedKlController, KlController};
 pub use loss::{LossInputs, LossParams, LossStats, PpoLoss, ppo_loss};
 pub use mask::ResponseMask;
 pub use rewards::{ShapedRewards, compute_rewards};
 pub use running_moments::{RunningMoments, normalise_scores};
+pub use stats::PpoStats;

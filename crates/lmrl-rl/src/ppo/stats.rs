@@ -62,7 +62,10 @@ impl PpoStats {
         put("objective/kl", self.objective_kl.into());
         put("objective/kl_coef", self.objective_kl_coef);
         put("objective/entropy", self.objective_entropy.into());
-        put("ppo/mean_non_score_reward", self.mean_non_score_reward.into());
+        put(
+            "ppo/mean_non_score_reward",
+            self.mean_non_score_reward.into(),
+        );
         put("ppo/mean_scores", self.mean_scores.into());
         put("ppo/std_scores", self.std_scores.into());
         put("env/raw_score_mean", self.mean_raw_scores.into());
@@ -77,7 +80,10 @@ impl PpoStats {
         put("ppo/policy/approxkl", t.policy_approxkl.into());
         put("ppo/policy/policykl", t.policy_policykl.into());
         put("ppo/policy/clipfrac", t.policy_clipfrac.into());
-        put("ppo/policy/advantages_mean", t.policy_advantages_mean.into());
+        put(
+            "ppo/policy/advantages_mean",
+            t.policy_advantages_mean.into(),
+        );
         put("ppo/policy/ratio_mean", t.policy_ratio_mean.into());
         put("ppo/returns/mean", t.returns_mean.into());
         put("ppo/returns/var", t.returns_var.into());
@@ -166,7 +172,11 @@ pub fn mean_std(xs: &[f32]) -> (f32, f32) {
     let n = xs.len() as f64;
     let mean = xs.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
     let std = if xs.len() > 1 {
-        (xs.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        (xs.iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / (n - 1.0))
+            .sqrt()
     } else {
         0.0
     };

@@ -66,7 +66,11 @@ pub fn masked_whiten(
 
 /// TRL `trl.core.whiten(values, shift_mean)`: whitening over every element (no mask), with the
 /// unbiased `torch.var`. Needs at least two elements.
-pub fn whiten<const D: usize>(what: &str, values: Tensor<D>, shift_mean: bool) -> Result<Tensor<D>> {
+pub fn whiten<const D: usize>(
+    what: &str,
+    values: Tensor<D>,
+    shift_mean: bool,
+) -> Result<Tensor<D>> {
     let n = values.shape().num_elements();
     if n < 2 {
         return Err(RlError::TooFewTokens {

@@ -1,0 +1,244 @@
+//! CORY on the tiny random GPT-2 fixture with a numeric mock environment.
+
+use std::path::PathBuf;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Device, Tensor};
+use lmrl_models::sampling::{GenerationConfig, Sampling};
+use lmrl_models::{CausalLm, LmWithValueHead, load_causal_lm};
+use lmrl_rl::cory::{CoryConfig, CoryEnv, CoryTrainer, EnvError, RewardMode, Role};
+use lmrl_rl::ppo::{PpoAgent, PpoConfig, RunningMoments};
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpt2-tiny")
+}
+
+struct Snapshot(Vec<f32>);
+impl ModuleVisitor for Snapshot {
+    fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+        self.0
+            .extend(p.val().try_into_vec_as::<f32>().expect("read"));
+    }
+}
+fn snapshot<M: Module>(m: &M) -> Vec<f32> {
+    let mut s = Snapshot(Vec::new());
+    m.visit(&mut s);
+    s.0
+}
+
+fn cfg() -> PpoConfig {
+    PpoConfig {
+        learning_rate: 1e-3,
+        batch_size: 4,
+        mini_batch_size: 2,
+        ppo_epochs: 1,
+        ..PpoConfig::default()
+    }
+}
+
+/// llm1 and llm2 from the same pretrained weights, each with its own fresh value head.
+fn setup() -> (PpoAgent, PpoAgent, CausalLm) {
+    let plain = Device::flex();
+    plain.seed(11);
+    let ad = plain.clone().autodiff();
+    let lm1 = load_causal_lm(&fixture_dir(), &ad).expect("gpt2-tiny");
+    let lm2 = load_causal_lm(&fixture_dir(), &ad).expect("gpt2-tiny");
+    let a1 = PpoAgent::new(LmWithValueHead::new(lm1, &ad), cfg(), &ad).unwrap();
+    let a2 = PpoAgent::new(LmWithValueHead::new(lm2, &ad), cfg(), &ad).unwrap();
+    let reference = load_causal_lm(&fixture_dir(), &plain).expect("reference");
+    (a1, a2, reference)
+}
+
+fn queries() -> Vec<Vec<u32>> {
+    vec![
+        vec![5, 17, 300],
+        vec![42, 7, 9, 11],
+        vec![3, 3],
+        vec![998, 100, 250, 4],
+    ]
+}
+
+/// Texts are space-separated ids; the template and reward are numeric stand-ins for IMDB's.
+struct MockEnv {
+    reward_calls: usize,
+}
+impl CoryEnv for MockEnv {
+    fn decode(&self, ids: &[u32]) -> Result<String, EnvError> {
+        Ok(ids
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(" "))
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EnvError> {
+        text.split_whitespace()
+            .map(|w| w.parse::<u32>().map_err(|e| e.into()))
+            .collect()
+    }
+    fn observer_prompt(&self, q: &str, y: &str) -> Result<String, EnvError> {
+        Ok(format!("1 {q} {y} 2 {q}"))
+    }
+    fn rewards(&mut self, _q: &[String], y: &[String]) -> Result<Vec<f32>, EnvError> {
+        self.reward_calls += 1;
+        Ok(y.iter()
+            .map(|s| {
+                let ids: Vec<u32> = s
+                    .split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                ids.iter().filter(|&&i| i < 500).count() as f32 / ids.len().max(1) as f32
+            })
+            .collect())
+    }
+}
+
+fn generation(seed: u64) -> GenerationConfig {
+    GenerationConfig {
+        sampling: Sampling::pure(),
+        max_new_tokens: 3,
+        repetition_penalty: 1.0,
+        eos_token_id: Some(999),
+        pad_token_id: 999,
+        seed,
+    }
+}
+
+#[test]
+fn pioneer_and_observer_from_the_same_weights_give_identical_logprobs() {
+    let (a1, a2, reference) = setup();
+    let q = queries();
+    let y = vec![vec![1, 2, 3], vec![4], vec![5, 6], vec![7, 8, 9]];
+    let r1 = a1.rollout(&q, &y, &reference).unwrap();
+    let r2 = a2.rollout(&q, &y, &reference).unwrap();
+    let l1 = r1.logprobs.try_into_vec_as::<f32>().unwrap();
+    let l2 = r2.logprobs.try_into_vec_as::<f32>().unwrap();
+    assert_eq!(l1, l2, "same LM weights, same context: identical log-probs");
+    let v1 = r1.values.try_into_vec_as::<f32>().unwrap();
+    let v2 = r2.values.try_into_vec_as::<f32>().unwrap();
+    assert_ne!(
+        v1, v2,
+        "each copy has its own freshly initialised value head"
+    );
+}
+
+#[test]
+fn swap_exchanges_weights_value_heads_and_state() {
+    for reset in [false, true] {
+        let (mut a1, a2, reference) = setup();
+        // Give llm1 its own weights, β and reward statistics.
+        let q = queries();
+        let y = vec![vec![1, 2, 3], vec![4], vec![5, 6], vec![7, 8, 9]];
+        a1.step(&q, &y, &[1.0, 0.0, 2.0, -1.0], &reference).unwrap();
+        let (w1, w2) = (snapshot(a1.model()), snapshot(a2.model()));
+        let (h1, h2) = (snapshot(&a1.model().v_head), snapshot(&a2.model().v_head));
+        assert_ne!(w1, w2);
+        let (beta1, beta2) = (a1.kl_coef(), a2.kl_coef());
+        assert_ne!(beta1, beta2);
+        let m1 = *a1.running_moments();
+        let config = CoryConfig {
+            reset_state_on_swap: reset,
+            ..CoryConfig::default()
+        };
+        let mut t = CoryTrainer::new(a1, a2, reference, config);
+        assert_eq!(t.role_of(0), Role::Pioneer);
+        t.swap_roles();
+        assert_eq!(t.role_of(0), Role::Observer);
+        assert_eq!(
+            snapshot(t.pioneer().model()),
+            w2,
+            "pioneer now holds llm2's weights"
+        );
+        assert_eq!(
+            snapshot(t.observer().model()),
+            w1,
+            "observer now holds llm1's weights"
+        );
+        assert_eq!(snapshot(&t.pioneer().model().v_head), h2);
+        assert_eq!(snapshot(&t.observer().model().v_head), h1);
+        assert_eq!(
+            snapshot(t.llm(0).model()),
+            w1,
+            "llm1 is followed across the swap"
+        );
+        if reset {
+            assert_eq!(t.observer().kl_coef(), cfg().init_kl_coef);
+            assert_eq!(*t.observer().running_moments(), RunningMoments::new());
+        } else {
+            assert_eq!(t.observer().kl_coef(), beta1, "β travels with llm1");
+            assert_eq!(t.pioneer().kl_coef(), beta2);
+            assert_eq!(*t.observer().running_moments(), m1);
+        }
+        t.swap_roles();
+        assert_eq!(
+            snapshot(t.pioneer().model()),
+            w1,
+            "two swaps restore the roles"
+        );
+    }
+}
+
+#[test]
+fn iterations_train_both_agents_and_exchange_roles() {
+    let (a1, a2, reference) = setup();
+    let config = CoryConfig {
+        swap_every: 1,
+        ..CoryConfig::default()
+    };
+    let mut t = CoryTrainer::new(a1, a2, reference, config);
+    let mut env = MockEnv { reward_calls: 0 };
+    let q = queries();
+    let s0 = t.iteration(&q, &generation(1), &mut env).unwrap();
+    assert_eq!(
+        env.reward_calls, 3,
+        "pioneer, observer, observer in query-only format"
+    );
+    assert!(s0.swapped_after);
+    let [l1, l2] = &s0.agents;
+    assert_eq!(
+        (l1.llm, l1.role, l2.llm, l2.role),
+        ("llm1", Role::Pioneer, "llm2", Role::Observer)
+    );
+    // R = r1 + r2 goes to both (raw, before normalisation).
+    assert!((l1.trained_score - (l1.task_reward + l2.task_reward)).abs() < 1e-5);
+    assert_eq!(l1.trained_score, l2.trained_score);
+    assert_eq!(l1.ppo.mean_raw_scores, l2.ppo.mean_raw_scores);
+    // Normalised with each agent's own running statistics (cory.py: norm + scaling).
+    assert!(l1.ppo.mean_scores.abs() < 1e-5);
+    assert!(l2.query_only_kl.is_some() && l2.query_only_reward.is_some());
+    assert!((l1.combined_reward - (l1.task_reward - 0.4 * l1.kl)).abs() < 1e-5);
+    assert_eq!(t.role_of(0), Role::Observer);
+    let s1 = t.iteration(&q, &generation(2), &mut env).unwrap();
+    let [l1, l2] = &s1.agents;
+    assert_eq!(
+        (l1.llm, l1.role, l2.llm, l2.role),
+        ("llm1", Role::Observer, "llm2", Role::Pioneer)
+    );
+    assert!(
+        l1.kl > 0.0 && l2.kl > 0.0,
+        "both moved away from the reference"
+    );
+    assert_eq!(t.iterations(), 2);
+    let (b1, b2) = t.into_agents();
+    assert_eq!(b1.steps(), 2);
+    assert_eq!(b2.steps(), 2);
+}
+
+#[test]
+fn self_plus_other_reward_mode() {
+    let (a1, a2, reference) = setup();
+    let config = CoryConfig {
+        swap_every: 0,
+        reward_mode: RewardMode::SelfPlusOther { lambda: -1.0 },
+        eval_query_only: false,
+        ..CoryConfig::default()
+    };
+    let mut t = CoryTrainer::new(a1, a2, reference, config);
+    let mut env = MockEnv { reward_calls: 0 };
+    let s = t.iteration(&queries(), &generation(3), &mut env).unwrap();
+    let [l1, l2] = &s.agents;
+    assert_eq!(env.reward_calls, 2);
+    assert!(!s.swapped_after);
+    assert!((l1.trained_score - (l1.task_reward - l2.task_reward)).abs() < 1e-5);
+    assert!((l2.trained_score - (l2.task_reward - l1.task_reward)).abs() < 1e-5);
+    assert!(l2.query_only_kl.is_none());
+}
