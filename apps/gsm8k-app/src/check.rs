@@ -60,11 +60,12 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
 
 /// Checks every line of `input`.
 pub fn check_file(input: &Path) -> Result<Vec<Checked>> {
-    let file = std::fs::File::open(input)
-        .with_context(|| format!("cannot open {}", input.display()))?;
+    let file =
+        std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("{} line {}: unreadable", input.display(), i + 1))?;
+        let line =
+            line.with_context(|| format!("{} line {}: unreadable", input.display(), i + 1))?;
         if line.trim().is_empty() {
             continue;
         }
@@ -112,7 +113,10 @@ mod tests {
     fn errors_name_the_line_and_field() {
         let e = check_line("{\"response\": \"1\"}", 7, Path::new("in.jsonl")).unwrap_err();
         let msg = format!("{e:#}");
-        assert!(msg.contains("in.jsonl line 7") && msg.contains("answer"), "{msg}");
+        assert!(
+            msg.contains("in.jsonl line 7") && msg.contains("answer"),
+            "{msg}"
+        );
         let e = check_line("not json", 3, Path::new("in.jsonl")).unwrap_err();
         assert!(format!("{e:#}").contains("line 3"));
     }

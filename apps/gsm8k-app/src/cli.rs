@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Train (the default when no subcommand is given).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Check answers: JSONL in (`response`, `answer` with `#### N`), JSONL out (`extracted`,
     /// `correct`), one line per input line.
     Check(CheckArgs),
@@ -175,7 +175,10 @@ impl TrainArgs {
         flag(self.lora_rank.is_some(), "--lora-rank");
         flag(self.lora_alpha.is_some(), "--lora-alpha");
         flag(self.seed.is_some(), "--seed");
-        flag(self.generation_batch_size.is_some(), "--generation-batch-size");
+        flag(
+            self.generation_batch_size.is_some(),
+            "--generation-batch-size",
+        );
         flag(self.eval_limit.is_some(), "--eval-limit");
         flag(self.eval_k.is_some(), "--eval-k");
         flag(self.eval_temperature.is_some(), "--eval-temperature");

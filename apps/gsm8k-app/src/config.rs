@@ -157,7 +157,8 @@ impl RunConfig {
             self.lr = Some(self.default_lr());
         }
         if self.gradient_accumulation_steps.is_none() && self.mini_batch_size > 0 {
-            self.gradient_accumulation_steps = Some((self.batch_size / self.mini_batch_size).max(1));
+            self.gradient_accumulation_steps =
+                Some((self.batch_size / self.mini_batch_size).max(1));
         }
     }
 
@@ -192,7 +193,7 @@ impl RunConfig {
         }
         let ga = self.grad_accum();
         let per_step = self.mini_batch_size * ga;
-        if ga == 0 || self.batch_size % per_step != 0 {
+        if ga == 0 || !self.batch_size.is_multiple_of(per_step) {
             return err(
                 "gradient_accumulation_steps",
                 format!(
@@ -218,7 +219,10 @@ impl RunConfig {
             return err("lr", format!("must be a positive number, got {lr}"));
         }
         if !(self.init_kl_coef >= 0.0 && self.init_kl_coef.is_finite()) {
-            return err("init_kl_coef", format!("must be ≥ 0, got {}", self.init_kl_coef));
+            return err(
+                "init_kl_coef",
+                format!("must be ≥ 0, got {}", self.init_kl_coef),
+            );
         }
         if let Some(t) = self.target_kl
             && !(t > 0.0 && t.is_finite())
@@ -228,7 +232,10 @@ impl RunConfig {
         if !(self.test_fraction > 0.0 && self.test_fraction < 1.0) {
             return err(
                 "test_fraction",
-                format!("must be strictly between 0 and 1, got {}", self.test_fraction),
+                format!(
+                    "must be strictly between 0 and 1, got {}",
+                    self.test_fraction
+                ),
             );
         }
         if !(self.temperature > 0.0 && self.temperature.is_finite()) {
@@ -257,7 +264,10 @@ impl RunConfig {
             return err("lora_alpha", "must be a positive number".into());
         }
         if self.data.trim().is_empty() {
-            return err("data", "a problems file or the asset `asdiv` is needed".into());
+            return err(
+                "data",
+                "a problems file or the asset `asdiv` is needed".into(),
+            );
         }
         Ok(())
     }
@@ -313,7 +323,10 @@ mod tests {
             mini_batch_size: 3,
             ..RunConfig::default()
         };
-        assert_eq!(c.validate().unwrap_err().field, "gradient_accumulation_steps");
+        assert_eq!(
+            c.validate().unwrap_err().field,
+            "gradient_accumulation_steps"
+        );
         let c = RunConfig {
             eval_k: 4,
             ..RunConfig::default()

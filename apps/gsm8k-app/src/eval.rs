@@ -108,13 +108,13 @@ pub fn evaluate(
             seed: mix(&[s.seed, c as u64, stream::EVAL]),
         };
         let owned: Vec<Vec<u32>> = chunk.iter().map(|p| (*p).clone()).collect();
-        let g = generate(lm, &owned, &cfg, device).context("generation failed during evaluation")?;
+        let g =
+            generate(lm, &owned, &cfg, device).context("generation failed during evaluation")?;
         tokens.extend(g.tokens);
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
-    let mean_len =
-        tokens.iter().map(Vec::len).sum::<usize>() as f64 / tokens.len().max(1) as f64;
+    let mean_len = tokens.iter().map(Vec::len).sum::<usize>() as f64 / tokens.len().max(1) as f64;
     let mut results = Vec::with_capacity(tasks.len());
     for (t, ys) in tasks.iter().zip(tokens.chunks(s.k)) {
         let mut r = QuestionResult {
@@ -252,7 +252,11 @@ struct EvalModel {
     label: String,
 }
 
-fn resolve_model(cache: &lmrl_data::AssetCache, model: &str, agent: Option<&str>) -> Result<EvalModel> {
+fn resolve_model(
+    cache: &lmrl_data::AssetCache,
+    model: &str,
+    agent: Option<&str>,
+) -> Result<EvalModel> {
     let p = PathBuf::from(model);
     let run_cfg = p.join(crate::train::CONFIG_FILE);
     if p.is_dir() && run_cfg.is_file() && p.join("checkpoints").is_dir() {
@@ -266,7 +270,10 @@ fn resolve_model(cache: &lmrl_data::AssetCache, model: &str, agent: Option<&str>
         });
         let path = ckpt.join(agent);
         if !path.is_dir() {
-            bail!("{} has no agent `{agent}` (PPO runs: policy; CORY runs: llm1, llm2)", ckpt.display());
+            bail!(
+                "{} has no agent `{agent}` (PPO runs: policy; CORY runs: llm1, llm2)",
+                ckpt.display()
+            );
         }
         return Ok(EvalModel {
             path,
@@ -279,7 +286,10 @@ fn resolve_model(cache: &lmrl_data::AssetCache, model: &str, agent: Option<&str>
         let a = p.join(agent);
         let path = if a.is_dir() { a } else { p.join("policy") };
         return Ok(EvalModel {
-            label: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            label: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             path,
             run_config: None,
         });
@@ -307,7 +317,9 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if args.k == 0 || max_new_tokens == 0 || args.batch_size == 0 {
         bail!("--k, --max-new-tokens and --batch-size must be at least 1");
     }
-    let temperature = args.temperature.unwrap_or(if args.k == 1 { 0.0 } else { 1.0 });
+    let temperature = args
+        .temperature
+        .unwrap_or(if args.k == 1 { 0.0 } else { 1.0 });
     check_eval_sampling(args.k, temperature).map_err(|e| anyhow::anyhow!("--temperature {e}"))?;
 
     let device = crate::select_device();
@@ -319,9 +331,12 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         problems.truncate(n);
     }
     let (tok, config) = setup::load_tokenizer(&m.path)?;
-    let (tasks, dropped) = setup::make_tasks(&problems, &tok, config.max_positions(), max_new_tokens)?;
+    let (tasks, dropped) =
+        setup::make_tasks(&problems, &tok, config.max_positions(), max_new_tokens)?;
     if dropped > 0 {
-        eprintln!("note: {dropped} questions skipped: prompt + {max_new_tokens} new tokens exceed the model's context");
+        eprintln!(
+            "note: {dropped} questions skipped: prompt + {max_new_tokens} new tokens exceed the model's context"
+        );
     }
     let lm = lmrl_models::load_causal_lm(&m.path, &device)
         .with_context(|| format!("cannot load {}", m.path.display()))?;
@@ -341,9 +356,15 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         dataset,
         args.split.name(),
         args.k,
-        if temperature == 0.0 { "greedy".to_string() } else { format!("temperature {temperature}") }
+        if temperature == 0.0 {
+            "greedy".to_string()
+        } else {
+            format!("temperature {temperature}")
+        }
     );
-    let (row, results) = eval_row("eval", &m.label, dataset, args.split, &lm, &tok, &tasks, &s, &device)?;
+    let (row, results) = eval_row(
+        "eval", &m.label, dataset, args.split, &lm, &tok, &tasks, &s, &device,
+    )?;
     if let Some(out) = &args.out {
         let mut bytes = Vec::new();
         for r in &results {

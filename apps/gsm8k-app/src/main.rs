@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         None => train::run_cli(&cli.train),
-        Some(Command::Train(args)) => train::run_cli(&args),
+        Some(Command::Train(args)) => train::run_cli(args.as_ref()),
         Some(Command::Check(args)) => check::run(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Eval(args)) => eval::run(&args).map(|()| ExitCode::SUCCESS),
     };

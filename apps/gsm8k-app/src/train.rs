@@ -58,10 +58,12 @@ pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
         }
     };
     install_ctrlc();
-    Ok(match train(&cfg, &out, resume, args.cache_dir.as_deref())? {
-        Outcome::Finished => ExitCode::SUCCESS,
-        Outcome::Interrupted => ExitCode::from(130),
-    })
+    Ok(
+        match train(&cfg, &out, resume, args.cache_dir.as_deref())? {
+            Outcome::Finished => ExitCode::SUCCESS,
+            Outcome::Interrupted => ExitCode::from(130),
+        },
+    )
 }
 
 /// The run's configuration, output directory and whether it resumes.
@@ -167,7 +169,12 @@ fn context_room(cfg: &RunConfig) -> usize {
 }
 
 /// Trains `cfg` into `out` (a fresh directory, or the run to resume).
-pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>) -> Result<Outcome> {
+pub fn train(
+    cfg: &RunConfig,
+    out: &Path,
+    resume: bool,
+    cache_dir: Option<&Path>,
+) -> Result<Outcome> {
     let ckpts = CheckpointDir::new(out.join("checkpoints"));
     let latest = if resume {
         let l = ckpts.latest()?;
@@ -304,7 +311,11 @@ pub fn train(cfg: &RunConfig, out: &Path, resume: bool, cache_dir: Option<&Path>
         return Ok(Outcome::Finished);
     }
     if resume {
-        eprintln!("resuming {} at iteration {start} of {}", out.display(), cfg.iterations);
+        eprintln!(
+            "resuming {} at iteration {start} of {}",
+            out.display(),
+            cfg.iterations
+        );
     }
     let resume_from = resume.then_some(start);
     let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
@@ -398,13 +409,17 @@ fn read_eval_rows(out: &Path) -> Result<Vec<EvalRow>> {
     if !p.exists() {
         return Ok(Vec::new());
     }
-    let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    let text =
+        std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("invalid {}", p.display()))
 }
 
 /// `eval.json`, `eval.csv` and `eval.md` (the markdown table).
 fn write_eval(out: &Path, rows: &[EvalRow]) -> Result<()> {
-    atomic_write(&out.join(EVAL_JSON), serde_json::to_string_pretty(rows)?.as_bytes())?;
+    atomic_write(
+        &out.join(EVAL_JSON),
+        serde_json::to_string_pretty(rows)?.as_bytes(),
+    )?;
     write_csv(&out.join("eval.csv"), rows)?;
     atomic_write(&out.join("eval.md"), markdown(rows).as_bytes())?;
     Ok(())
@@ -458,13 +473,16 @@ fn finish(env: &Env, out: &Path, copies: &[Copy], mut eval_rows: Vec<EvalRow>) -
         final_rows,
         eval: eval_rows,
     };
-    atomic_write(&out.join(SUMMARY_FILE), serde_json::to_string_pretty(&s)?.as_bytes())?;
+    atomic_write(
+        &out.join(SUMMARY_FILE),
+        serde_json::to_string_pretty(&s)?.as_bytes(),
+    )?;
     eprintln!("done: results in {}", out.display());
     Ok(())
 }
 
 /// Writes each copy as a Hugging Face checkpoint (LoRA adapters merged into the weights) with
-/// its value head and tokenizer, plus `state.json`.
+/// its value head and tokenizer, plus `state.toml`.
 fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usize) -> Result<()> {
     let state = TrainState {
         format: STATE_FORMAT,
@@ -494,8 +512,7 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usiz
             }
             env.tok.save(&d)?;
         }
-        let json = serde_json::to_string_pretty(&state)?;
-        std::fs::write(dir.join(STATE_FILE), json)?;
+        std::fs::write(dir.join(STATE_FILE), toml::to_string(&state)?)?;
         Ok(())
     })?;
     ckpts.prune(env.cfg.keep_checkpoints)?;
@@ -507,9 +524,9 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usiz
 /// moments and running score statistics start afresh (see docs/gsm8k-app.md).
 fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
     let path = dir.join(STATE_FILE);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let state: TrainState = serde_json::from_str(&text)
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let state: TrainState = toml::from_str(&text)
         .with_context(|| format!("invalid checkpoint state {}", path.display()))?;
     if state.format != STATE_FORMAT || state.algo != env.cfg.algo || state.seed != env.cfg.seed {
         bail!(
@@ -673,16 +690,30 @@ fn log_samples(
 }
 
 fn batch_of(env: &Env, it: usize) -> Vec<&Task> {
-    env.order.batch(it).into_iter().map(|i| &env.train[i]).collect()
+    env.order
+        .batch(it)
+        .into_iter()
+        .map(|i| &env.train[i])
+        .collect()
 }
 
-fn ppo_iteration(env: &Env, c: &mut Copy, it: usize, samples: &mut SamplesLog) -> Result<Vec<MetricRow>> {
+fn ppo_iteration(
+    env: &Env,
+    c: &mut Copy,
+    it: usize,
+    samples: &mut SamplesLog,
+) -> Result<Vec<MetricRow>> {
     let batch = batch_of(env, it);
     let q: Vec<Vec<u32>> = batch.iter().map(|t| t.prompt_ids.clone()).collect();
-    let y = generate(env, &c.agent, &q, mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]))?;
+    let y = generate(
+        env,
+        &c.agent,
+        &q,
+        mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]),
+    )?;
     let y_text = decode_all(&env.tok, &y)?;
     let r = rewards(&batch, &y_text, it)?;
-    if it % env.cfg.samples_every == 0 {
+    if it.is_multiple_of(env.cfg.samples_every) {
         log_samples(samples, it, &c.name, "policy", &batch, None, &y_text, &r)?;
     }
     let stats = optimise(env, c, &q, &y, &r, it)?;
@@ -703,7 +734,12 @@ fn cory_iteration(
     let (pio, obs) = copies.split_at_mut(1);
     let (pio, obs) = (&mut pio[0], &mut obs[0]);
 
-    let y1 = generate(env, &pio.agent, &q, mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]))?;
+    let y1 = generate(
+        env,
+        &pio.agent,
+        &q,
+        mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]),
+    )?;
     let y1_text = decode_all(&env.tok, &y1)?;
     // [assume] The reference is the pioneer's answer cut at an invented "Question:" and
     // trimmed (special tokens already dropped), so the observer sees the answer, not a
@@ -717,16 +753,32 @@ fn cory_iteration(
         .zip(&refs)
         .map(|(t, r)| env.tok.encode(&gsm8k_observer_prompt(&t.question, r)))
         .collect::<Result<_, _>>()?;
-    let y2 = generate(env, &obs.agent, &m, mix(&[env.cfg.seed, it as u64, stream::GEN_OBSERVER]))?;
+    let y2 = generate(
+        env,
+        &obs.agent,
+        &m,
+        mix(&[env.cfg.seed, it as u64, stream::GEN_OBSERVER]),
+    )?;
     let y2_text = decode_all(&env.tok, &y2)?;
 
     let r1 = rewards(&batch, &y1_text, it)?;
     let r2 = rewards(&batch, &y2_text, it)?;
     let total: Vec<f32> = r1.iter().zip(&r2).map(|(a, b)| a + b).collect();
 
-    if it % env.cfg.samples_every == 0 {
-        log_samples(samples, it, &pio.name, "pioneer", &batch, None, &y1_text, &r1)?;
-        log_samples(samples, it, &obs.name, "observer", &batch, Some(&refs), &y2_text, &r2)?;
+    if it.is_multiple_of(env.cfg.samples_every) {
+        log_samples(
+            samples, it, &pio.name, "pioneer", &batch, None, &y1_text, &r1,
+        )?;
+        log_samples(
+            samples,
+            it,
+            &obs.name,
+            "observer",
+            &batch,
+            Some(&refs),
+            &y2_text,
+            &r2,
+        )?;
     }
     let s1 = optimise(env, pio, &q, &y1, &total, it)?;
     let s2 = optimise(env, obs, &m, &y2, &total, it)?;

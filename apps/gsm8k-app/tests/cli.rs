@@ -54,11 +54,21 @@ fn check_extracts_and_compares_adversarial_answers() {
     // (response, answer, expected extracted, expected correct), each worked out by hand.
     let cases: &[(&str, &str, Option<&str>, bool)] = &[
         // Thousands separator in the response, none in the truth.
-        ("The total is 1,234 apples.", "Add them.\n#### 1234", Some("1234"), true),
+        (
+            "The total is 1,234 apples.",
+            "Add them.\n#### 1234",
+            Some("1234"),
+            true,
+        ),
         // Dollar sign and trailing fractional zero: $5.50 = 5.5.
         ("She pays $5.50 in total.", "#### 5.5", Some("5.5"), true),
         // A negative answer.
-        ("The temperature drops to -3 degrees.", "#### -3", Some("-3"), true),
+        (
+            "The temperature drops to -3 degrees.",
+            "#### -3",
+            Some("-3"),
+            true,
+        ),
         // A fraction equals the decimal truth exactly: 3/4 = 0.75.
         ("Each gets 3/4 of a pie.", "#### 0.75", Some("3/4"), true),
         // No number at all.
@@ -71,9 +81,19 @@ fn check_extracts_and_compares_adversarial_answers() {
             true,
         ),
         // The last number is the answer, even when it is wrong.
-        ("He had 10 and gave away 3, so 7 remain", "#### 8", Some("7"), false),
+        (
+            "He had 10 and gave away 3, so 7 remain",
+            "#### 8",
+            Some("7"),
+            false,
+        ),
         // "$1,000.00" = 1000; the truth written with a comma after ####.
-        ("It costs $1,000.00", "The answer is below.\n#### 1,000", Some("1000"), true),
+        (
+            "It costs $1,000.00",
+            "The answer is below.\n#### 1,000",
+            Some("1000"),
+            true,
+        ),
         // "3-4" is a range/subtraction (no sign glued to a digit), "-1" after a space is negative.
         ("The difference is 3-4 = -1", "#### -1", Some("-1"), true),
         // The response opens with an invented question: nothing is left before the cut.
@@ -90,7 +110,14 @@ fn check_extracts_and_compares_adversarial_answers() {
     text.push('\n'); // a trailing blank line is ignored
     std::fs::write(&input, text).unwrap();
     let out = dir.path().join("out.jsonl");
-    run_ok(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    run_ok(
+        bin()
+            .arg("check")
+            .arg("--input")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out),
+    );
     let got = read_jsonl(&out);
     assert_eq!(got.len(), cases.len());
     for (g, (r, _, extracted, correct)) in got.iter().zip(cases) {
@@ -109,17 +136,38 @@ fn check_fails_naming_the_bad_line_and_writes_nothing() {
     )
     .unwrap();
     let out = dir.path().join("out.jsonl");
-    let (code, err) = run_err(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    let (code, err) = run_err(
+        bin()
+            .arg("check")
+            .arg("--input")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out),
+    );
     assert_ne!(code, 0);
     assert!(err.contains("line 2"), "{err}");
     assert!(!out.exists(), "no partial output");
 
     std::fs::write(&input, "{\"response\": \"9\"}\n").unwrap();
-    let (_, err) = run_err(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    let (_, err) = run_err(
+        bin()
+            .arg("check")
+            .arg("--input")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out),
+    );
     assert!(err.contains("line 1") && err.contains("answer"), "{err}");
 
     std::fs::write(&input, "{\"response\": \"9\", \"answer\": \"#### none\"}\n").unwrap();
-    let (_, err) = run_err(bin().arg("check").arg("--input").arg(&input).arg("--out").arg(&out));
+    let (_, err) = run_err(
+        bin()
+            .arg("check")
+            .arg("--input")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out),
+    );
     assert!(err.contains("line 1"), "{err}");
 }
 
@@ -202,7 +250,9 @@ fn tiny_data(dir: &Path) -> PathBuf {
     let mut s = String::new();
     for i in 0..20 {
         let (a, b) = (i + 1, (i * 7) % 9 + 1);
-        let q = format!("Tom has {a} apples and buys {b} more apples. How many apples does Tom have now?");
+        let q = format!(
+            "Tom has {a} apples and buys {b} more apples. How many apples does Tom have now?"
+        );
         let ans = format!("Tom has {a} + {b} = {} apples.\n#### {}", a + b, a + b);
         s.push_str(&json!({"question": q, "answer": ans}).to_string());
         s.push('\n');
@@ -268,9 +318,14 @@ fn csv_lines(path: &Path) -> Vec<String> {
 
 fn assert_checkpoint(run: &Path, iters: usize, agents: &[&str]) {
     let ck = run.join(format!("checkpoints/iter-{iters:06}"));
-    assert!(ck.join("state.json").is_file(), "{}", ck.display());
+    assert!(ck.join("state.toml").is_file(), "{}", ck.display());
     for a in agents {
-        for f in ["config.json", "model.safetensors", "tokenizer.json", "value_head.safetensors"] {
+        for f in [
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "value_head.safetensors",
+        ] {
             assert!(ck.join(a).join(f).is_file(), "{a}/{f}");
         }
     }
@@ -282,11 +337,20 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     let out = t.dir.path().join("ppo");
     let o = run_ok(&mut train_cmd(&t, "ppo", &out, &[]));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("| before | base | GSM8K | test |"), "{stdout}");
-    assert!(stdout.contains("| after | policy | GSM8K | test |"), "{stdout}");
+    assert!(
+        stdout.contains("| before | base | GSM8K | test |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| after | policy | GSM8K | test |"),
+        "{stdout}"
+    );
 
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
-    assert!(cfg.contains("algo = \"ppo\"") && cfg.contains("lr = 0.00001"), "{cfg}");
+    assert!(
+        cfg.contains("algo = \"ppo\"") && cfg.contains("lr = 0.00001"),
+        "{cfg}"
+    );
     let m = csv_lines(&out.join("metrics.csv"));
     assert_eq!(m.len(), 1 + 2, "header + one row per iteration");
     assert!(m[1].starts_with("0,policy,policy,"));
@@ -299,8 +363,16 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     }
     let e = csv_lines(&out.join("eval.csv"));
     assert_eq!(e.len(), 3);
-    assert!(e[1].starts_with("before,base,GSM8K,test,2,1,0,"), "{}", e[1]);
-    assert!(e[2].starts_with("after,policy,GSM8K,test,2,1,0,"), "{}", e[2]);
+    assert!(
+        e[1].starts_with("before,base,GSM8K,test,2,1,0,"),
+        "{}",
+        e[1]
+    );
+    assert!(
+        e[2].starts_with("after,policy,GSM8K,test,2,1,0,"),
+        "{}",
+        e[2]
+    );
     assert!(out.join("eval.md").is_file());
     assert!(out.join("task_reward.png").is_file() && out.join("kl.svg").is_file());
     assert!(out.join("summary.json").is_file());
@@ -357,14 +429,21 @@ fn cory_trains_two_iterations_with_a_role_exchange() {
     let obs: Vec<&Value> = s.iter().filter(|x| x["role"] == "observer").collect();
     assert_eq!(obs.len(), 4);
     assert!(obs.iter().all(|x| x["reference"].is_string()));
-    assert!(s.iter().filter(|x| x["role"] == "pioneer").all(|x| x.get("reference").is_none()));
+    assert!(
+        s.iter()
+            .filter(|x| x["role"] == "pioneer")
+            .all(|x| x.get("reference").is_none())
+    );
     let e = csv_lines(&out.join("eval.csv"));
     assert_eq!(e.len(), 4);
     assert!(e[1].starts_with("before,base,"));
     assert!(e[2].starts_with("after,llm1,") && e[3].starts_with("after,llm2,"));
     assert_checkpoint(&out, 2, &["llm1", "llm2"]);
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
-    assert!(cfg.contains("lr = 0.0001"), "CORY's paper learning rate: {cfg}");
+    assert!(
+        cfg.contains("lr = 0.0001"),
+        "CORY's paper learning rate: {cfg}"
+    );
 }
 
 #[test]
@@ -375,11 +454,18 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
         &t,
         "ppo",
         &out,
-        &[("--lora-rank", "2"), ("--eval-limit", "0"), ("--lr", "0.01")],
+        &[
+            ("--lora-rank", "2"),
+            ("--eval-limit", "0"),
+            ("--lr", "0.01"),
+        ],
     );
     run_ok(&mut c);
     assert_checkpoint(&out, 2, &["policy"]);
-    assert!(!out.join("eval.csv").exists(), "--eval-limit 0 disables evaluation");
+    assert!(
+        !out.join("eval.csv").exists(),
+        "--eval-limit 0 disables evaluation"
+    );
     // Base frozen, adapters trained: the merged checkpoint keeps the embeddings and norms of
     // the fixture bit for bit, while the adapted projections moved.
     let base = std::fs::read(fixture("llama-tiny").join("model.safetensors")).unwrap();
@@ -388,8 +474,16 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
     let base = safetensors::SafeTensors::deserialize(&base).unwrap();
     let tuned = safetensors::SafeTensors::deserialize(&tuned).unwrap();
     let bytes = |t: &safetensors::SafeTensors, n: &str| t.tensor(n).unwrap().data().to_vec();
-    for frozen in ["model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight"] {
-        assert_eq!(bytes(&base, frozen), bytes(&tuned, frozen), "{frozen} must not change");
+    for frozen in [
+        "model.embed_tokens.weight",
+        "model.norm.weight",
+        "model.layers.0.input_layernorm.weight",
+    ] {
+        assert_eq!(
+            bytes(&base, frozen),
+            bytes(&tuned, frozen),
+            "{frozen} must not change"
+        );
     }
     let moved = ["q_proj", "k_proj", "v_proj", "o_proj"]
         .iter()
@@ -427,13 +521,25 @@ fn eval_reports_pass_at_k_on_the_held_out_split() {
             .arg(&t.model)
             .arg("--data")
             .arg(&t.data)
-            .args(["--k", "3", "--temperature", "1", "--limit", "3", "--max-new-tokens", "4"])
+            .args([
+                "--k",
+                "3",
+                "--temperature",
+                "1",
+                "--limit",
+                "3",
+                "--max-new-tokens",
+                "4",
+            ])
             .arg("--out")
             .arg(&jsonl),
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("| pass@1 | pass@k |"), "{stdout}");
-    assert!(stdout.contains("| eval |") && stdout.contains("| GSM8K | test | 3 | 3 |"), "{stdout}");
+    assert!(
+        stdout.contains("| eval |") && stdout.contains("| GSM8K | test | 3 | 3 |"),
+        "{stdout}"
+    );
     let rows = read_jsonl(&jsonl);
     assert_eq!(rows.len(), 3);
     for r in &rows {
@@ -464,15 +570,19 @@ fn bad_flags_and_settings_fail_with_a_message() {
     let (code, err) = run_err(&mut train_cmd(&t, "ppo", &out, &[("--batch-size", "0")]));
     assert_eq!(code, 2);
     assert!(err.contains("batch_size"), "{err}");
-    let (_, err) = run_err(&mut train_cmd(&t, "ppo", &out, &[("--mini-batch-size", "3")]));
+    let (_, err) = run_err(&mut train_cmd(
+        &t,
+        "ppo",
+        &out,
+        &[("--mini-batch-size", "3")],
+    ));
     assert!(err.contains("mini_batch_size"), "{err}");
-    let (code, err) = run_err(
-        bin()
-            .arg("eval")
-            .arg("--model")
-            .arg(&t.model)
-            .args(["--k", "4", "--temperature", "0"]),
-    );
+    let (code, err) = run_err(bin().arg("eval").arg("--model").arg(&t.model).args([
+        "--k",
+        "4",
+        "--temperature",
+        "0",
+    ]));
     assert_ne!(code, 0);
     assert!(err.contains("greedy"), "{err}");
     let (code, err) = run_err(bin().args(["check", "--out", "x.jsonl"]));

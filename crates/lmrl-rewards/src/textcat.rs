@@ -26,10 +26,9 @@ use crate::hash::{murmurhash3_x86_32, murmurhash64a};
 use crate::{Reward, RewardError, SpacyTokenizer, default_asset_dir};
 
 /// The spaCy symbol table: strings with fixed ids instead of hashes (`spacy.symbols.IDS`).
-/// Loaded from a JSON object `{string: id}`; the committed copy lives in
-/// `tests/fixtures/textcat-imdb/spacy_symbol_ids.json` and is embedded at compile time.
-const SYMBOL_IDS_JSON: &str =
-    include_str!("../../../tests/fixtures/textcat-imdb/spacy_symbol_ids.json");
+/// A JSON object `{string: id}` taken from spaCy 3.5 (MIT), embedded at compile time so the
+/// crate works on its own; the fixture `tests/fixtures/textcat-imdb/` holds the same table.
+const SYMBOL_IDS_JSON: &str = include_str!("../data/spacy_symbol_ids.json");
 
 /// thinc's `sparse_linear` table size used by the IMDB model (`length` = 2^18 rows per seed).
 const DEFAULT_LENGTH: usize = 1 << 18;
