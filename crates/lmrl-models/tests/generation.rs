@@ -144,13 +144,13 @@ fn per_row_stop_at_eos() {
     let cfg = GenerationConfig::greedy(6, Some(eos), 0);
     let out = generate(&model, &prompts, &cfg, &device()).unwrap();
     assert_eq!(out.tokens[0], vec![eos]);
-    for r in 1..3 {
+    for (r, want_row) in want.iter().enumerate().skip(1) {
         // a row stops at its first `eos`, wherever it appears
-        let cut = want[r]
+        let cut = want_row
             .iter()
             .position(|&t| t == eos as i64)
             .map_or(6, |p| p + 1);
-        let w: Vec<u32> = want[r][..cut].iter().map(|&t| t as u32).collect();
+        let w: Vec<u32> = want_row[..cut].iter().map(|&t| t as u32).collect();
         assert_eq!(out.tokens[r], w, "row {r}");
     }
     let mask = to_ivec2(out.mask);

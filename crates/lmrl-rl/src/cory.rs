@@ -7,6 +7,7 @@
 //! reward models.
 
 use std::error::Error;
+use std::path::Path;
 
 use lmrl_models::CausalLm;
 use lmrl_models::sampling::GenerationConfig;
@@ -14,12 +15,27 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
 use crate::ppo::agent::PpoAgent;
+use crate::ppo::config::PpoConfig;
+use crate::ppo::state::{read_toml, state_err, write_toml};
 use crate::ppo::stats::PpoStats;
 
 /// Error type of the application's plug-ins.
 pub type EnvError = Box<dyn Error + Send + Sync>;
 
-/// What the application supplies: tokenizer, observer template and task reward.
+/// Which of an iteration's samplings a [`CoryEnv::generate`] call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationPurpose {
+    /// The pioneer answering the queries.
+    Pioneer,
+    /// The observer answering the merged prompts.
+    Observer,
+    /// The observer answering the plain queries (evaluation only, no training).
+    QueryOnly,
+}
+
+/// What the application supplies: tokenizer, observer template and task reward, and
+/// optionally its own way of running generation (chunking, progress display).
 pub trait CoryEnv {
     /// Token ids → text (the reference keeps special tokens such as `<|endoftext|>`).
     fn decode(&self, ids: &[u32]) -> std::result::Result<String, EnvError>;
@@ -39,6 +55,20 @@ pub trait CoryEnv {
         queries: &[String],
         responses: &[String],
     ) -> std::result::Result<Vec<f32>, EnvError>;
+    /// Samples one response per prompt from `agent` with `config` (whose seed the trainer has
+    /// already made distinct per `purpose`). The default is one [`PpoAgent::generate`] call;
+    /// an application may split the batch into chunks or show progress, as long as the result
+    /// is a deterministic function of its arguments (which exact resume relies on).
+    fn generate(
+        &mut self,
+        agent: &PpoAgent,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        purpose: GenerationPurpose,
+    ) -> std::result::Result<Vec<Vec<u32>>, EnvError> {
+        let _ = purpose;
+        Ok(agent.generate(prompts, config)?.tokens)
+    }
 }
 
 fn ext<T>(component: &str, r: std::result::Result<T, EnvError>) -> Result<T> {
@@ -127,6 +157,23 @@ pub struct AgentMetrics {
     pub ppo: PpoStats,
 }
 
+/// The texts of one iteration, for sample logs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CoryTexts {
+    /// Decoded queries q.
+    pub queries: Vec<String>,
+    /// Pioneer responses y₁.
+    pub pioneer_responses: Vec<String>,
+    /// Observer prompts m = template(q, y₁).
+    pub observer_prompts: Vec<String>,
+    /// Observer responses y₂.
+    pub observer_responses: Vec<String>,
+    /// r(q, y₁).
+    pub pioneer_rewards: Vec<f32>,
+    /// r(q, y₂).
+    pub observer_rewards: Vec<f32>,
+}
+
 /// What [`CoryTrainer::iteration`] reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct CoryIterationStats {
@@ -136,6 +183,25 @@ pub struct CoryIterationStats {
     pub agents: [AgentMetrics; 2],
     /// Whether the roles were exchanged after this iteration.
     pub swapped_after: bool,
+    /// The iteration's queries, prompts, responses and task rewards.
+    pub texts: CoryTexts,
+}
+
+/// Layout version of [`CoryState`].
+pub const CORY_STATE_FORMAT: u32 = 1;
+/// [`CoryState`] in a checkpoint directory.
+pub const CORY_STATE_FILE: &str = "cory_state.toml";
+
+/// The trainer's own state besides the two agents': who is pioneer, and how many iterations
+/// ran (the role-exchange schedule counts them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoryState {
+    /// [`CORY_STATE_FORMAT`].
+    pub format: u32,
+    /// Iterations run.
+    pub iteration: usize,
+    /// `"llm1"` or `"llm2"`: the LLM now in the pioneer role.
+    pub pioneer: String,
 }
 
 /// Two PPO agents sharing one frozen reference.
@@ -186,6 +252,101 @@ impl CoryTrainer {
     pub fn llm(&self, i: usize) -> &PpoAgent {
         let slot = if self.llm_in_slot[0] == i { 0 } else { 1 };
         &self.slots[slot]
+    }
+
+    fn llm_mut(&mut self, i: usize) -> &mut PpoAgent {
+        let slot = if self.llm_in_slot[0] == i { 0 } else { 1 };
+        &mut self.slots[slot]
+    }
+
+    /// Directory name of LLM `i` inside a saved trainer: `llm1` or `llm2`.
+    pub fn llm_name(i: usize) -> &'static str {
+        LLM_NAMES[i.min(1)]
+    }
+
+    /// Who is pioneer and how many iterations ran.
+    pub fn state(&self) -> CoryState {
+        CoryState {
+            format: CORY_STATE_FORMAT,
+            iteration: self.iteration,
+            pioneer: LLM_NAMES[self.llm_in_slot[0]].to_string(),
+        }
+    }
+
+    /// Writes both agents' training states ([`PpoAgent::save_state`], in `dir/llm1` and
+    /// `dir/llm2`) and `cory_state.toml` ([`CoryState`]); no weights.
+    pub fn save_state(&self, dir: &Path) -> Result<()> {
+        for i in 0..2 {
+            self.llm(i).save_state(&dir.join(LLM_NAMES[i]))?;
+        }
+        write_toml(&dir.join(CORY_STATE_FILE), &self.state())
+    }
+
+    /// Restores what [`CoryTrainer::save_state`] wrote into a trainer built with
+    /// [`CoryTrainer::new`] from agents that already hold the saved weights of llm1 and llm2:
+    /// their optimizer/β/normaliser state, the roles and the iteration counter.
+    pub fn load_state(&mut self, dir: &Path) -> Result<()> {
+        for i in 0..2 {
+            self.llm_mut(i).load_state(&dir.join(LLM_NAMES[i]))?;
+        }
+        self.load_roles(dir)
+    }
+
+    /// Reads `cory_state.toml`: puts the saved pioneer in the pioneer slot (without any state
+    /// reset) and restores the iteration counter.
+    fn load_roles(&mut self, dir: &Path) -> Result<()> {
+        let file = dir.join(CORY_STATE_FILE);
+        let state: CoryState = read_toml(&file)?;
+        if state.format != CORY_STATE_FORMAT {
+            return Err(state_err(
+                &file,
+                format!(
+                    "format {} (this build reads {CORY_STATE_FORMAT})",
+                    state.format
+                ),
+            ));
+        }
+        let pioneer = LLM_NAMES
+            .iter()
+            .position(|n| *n == state.pioneer)
+            .ok_or_else(|| {
+                state_err(
+                    &file,
+                    format!("pioneer `{}` is neither llm1 nor llm2", state.pioneer),
+                )
+            })?;
+        if self.llm_in_slot[0] != pioneer {
+            let [a, b] = &mut self.slots;
+            std::mem::swap(a, b);
+            self.llm_in_slot.swap(0, 1);
+        }
+        self.iteration = state.iteration;
+        Ok(())
+    }
+
+    /// Weights and training state of both agents ([`PpoAgent::save`], in `dir/llm1` and
+    /// `dir/llm2`) and the trainer's own state: everything to continue exactly.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        for i in 0..2 {
+            self.llm(i).save(&dir.join(LLM_NAMES[i]))?;
+        }
+        write_toml(&dir.join(CORY_STATE_FILE), &self.state())
+    }
+
+    /// The trainer [`CoryTrainer::save`] wrote to `dir`: both agents on `device` (autodiff)
+    /// continuing with `ppo`, scored against `reference`, with the CORY settings `config`.
+    pub fn load(
+        dir: &Path,
+        ppo: &PpoConfig,
+        reference: CausalLm,
+        config: CoryConfig,
+        device: &burn::tensor::Device,
+    ) -> Result<Self> {
+        let llm1 = PpoAgent::load(&dir.join(LLM_NAMES[0]), ppo.clone(), device)?;
+        let llm2 = PpoAgent::load(&dir.join(LLM_NAMES[1]), ppo.clone(), device)?;
+        let mut t = Self::new(llm1, llm2, reference, config);
+        t.load_roles(dir)?;
+        Ok(t)
     }
 
     /// Role of LLM `i` now.
@@ -257,26 +418,43 @@ impl CoryTrainer {
             .collect::<Result<Vec<_>>>()?;
 
         // Pioneer.
-        let y1 = self.slots[0].generate(queries, generation)?.tokens;
+        let y1 = ext(
+            "generate",
+            env.generate(
+                &self.slots[0],
+                queries,
+                generation,
+                GenerationPurpose::Pioneer,
+            ),
+        )?;
         let y1_text = y1
             .iter()
             .map(|y| ext("decode", env.decode(y)))
             .collect::<Result<Vec<_>>>()?;
 
         // Observer on the merged prompt.
-        let m_ids = q_text
+        let m_text = q_text
             .iter()
             .zip(&y1_text)
-            .map(|(q, y)| {
-                let m = ext("observer template", env.observer_prompt(q, y))?;
-                ext("encode", env.encode(&m))
-            })
+            .map(|(q, y)| ext("observer template", env.observer_prompt(q, y)))
+            .collect::<Result<Vec<_>>>()?;
+        let m_ids = m_text
+            .iter()
+            .map(|m| ext("encode", env.encode(m)))
             .collect::<Result<Vec<_>>>()?;
         let gen_obs = GenerationConfig {
             seed: generation.seed.wrapping_add(1),
             ..generation.clone()
         };
-        let y2 = self.slots[1].generate(&m_ids, &gen_obs)?.tokens;
+        let y2 = ext(
+            "generate",
+            env.generate(
+                &self.slots[1],
+                &m_ids,
+                &gen_obs,
+                GenerationPurpose::Observer,
+            ),
+        )?;
         let y2_text = y2
             .iter()
             .map(|y| ext("decode", env.decode(y)))
@@ -301,7 +479,15 @@ impl CoryTrainer {
                 seed: generation.seed.wrapping_add(2),
                 ..generation.clone()
             };
-            let yq = self.slots[1].generate(queries, &gen_eval)?.tokens;
+            let yq = ext(
+                "generate",
+                env.generate(
+                    &self.slots[1],
+                    queries,
+                    &gen_eval,
+                    GenerationPurpose::QueryOnly,
+                ),
+            )?;
             let yq_text = yq
                 .iter()
                 .map(|y| ext("decode", env.decode(y)))
@@ -373,6 +559,14 @@ impl CoryTrainer {
             iteration: index,
             agents,
             swapped_after: swap,
+            texts: CoryTexts {
+                queries: q_text,
+                pioneer_responses: y1_text,
+                observer_prompts: m_text,
+                observer_responses: y2_text,
+                pioneer_rewards: r1,
+                observer_rewards: r2,
+            },
         })
     }
 }

@@ -65,6 +65,15 @@ pub enum RlError {
         /// The backend's message.
         message: String,
     },
+    /// Saving or loading a training state failed: file unreadable or unwritable, malformed,
+    /// or not matching the model it is loaded into.
+    #[error("training state {path}: {message}")]
+    State {
+        /// The file or directory involved.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// An error from the model crate (forward, generation, scoring, loading).
     #[error(transparent)]
     Model(#[from] lmrl_models::ModelError),

@@ -10,6 +10,9 @@ pub mod error;
 pub mod ppo;
 pub mod util;
 
-pub use cory::{CoryConfig, CoryEnv, CoryTrainer, RewardMode, Role};
+pub use cory::{
+    CoryConfig, CoryEnv, CoryIterationStats, CoryState, CoryTexts, CoryTrainer, GenerationPurpose,
+    RewardMode, Role,
+};
 pub use error::{Result, RlError};
 pub use ppo::{PpoAgent, PpoConfig, PpoStats};

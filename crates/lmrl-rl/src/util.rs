@@ -93,3 +93,18 @@ pub fn check_shape<const D: usize>(what: &str, t: &Tensor<D>, expected: &[usize]
     }
     Ok(())
 }
+
+/// SplitMix64-style mixing of several integers into one well-spread 64-bit seed. Streams of
+/// random numbers derived as `StdRng::seed_from_u64(mix_seed(&[seed, step]))` need no saved
+/// generator state to continue exactly after a restart.
+pub fn mix_seed(parts: &[u64]) -> u64 {
+    let mut h: u64 = 0x9E37_79B9_7F4A_7C15;
+    for &p in parts {
+        h ^= p.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h ^= h >> 31;
+        h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 29;
+    }
+    h
+}

@@ -1,7 +1,11 @@
 //! One PPO learner: TRL 0.11 `PPOTrainer.step` on a burn [`LmWithValueHead`].
 
 use burn::module::{Flag, Module, ModuleMapper, Param};
-use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use std::path::Path;
+
+use burn::optim::{
+    AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer, OptimizerRecord,
+};
 use burn::tensor::{Device, Tensor, TensorData};
 use lmrl_models::generation::{Generation, generate};
 use lmrl_models::sampling::GenerationConfig;
@@ -23,9 +27,13 @@ use crate::ppo::loss::{LossInputs, ppo_loss};
 use crate::ppo::mask::ResponseMask;
 use crate::ppo::rewards::compute_rewards;
 use crate::ppo::running_moments::{RunningMoments, normalise_scores};
+use crate::ppo::state::{
+    AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, OPTIMIZER_FILE, param_ids_hex, read_toml,
+    restore_param_ids, state_err, tmp_path, write_toml,
+};
 use crate::ppo::stats::{LossStatsMean, PpoStats, mean_std};
 use crate::ppo::whiten::masked_mean;
-use crate::util::{check_finite_host, to_vec};
+use crate::util::{check_finite_host, mix_seed, to_vec};
 
 /// Turns every module-owned training flag off (dropout, …), keeping autodiff on: TRL's
 /// `batched_forward_pass` calls `model.eval()` before the training forward, so PPO trains
@@ -64,6 +72,10 @@ impl Rollout {
 
 /// A PPO learner: policy with value head on an autodiff device, its Adam optimizer, KL
 /// controller, running score statistics and minibatch RNG.
+///
+/// The minibatch permutation of each step comes from a generator seeded with
+/// `(seed, steps since seeding)`, so the whole training state is the weights plus what
+/// [`PpoAgent::save_state`] writes, and a reloaded agent continues bit-identically.
 #[derive(Clone)]
 pub struct PpoAgent {
     model: LmWithValueHead,
@@ -71,7 +83,8 @@ pub struct PpoAgent {
     kl_ctl: KlController,
     running: RunningMoments,
     config: PpoConfig,
-    rng: StdRng,
+    /// Steps since the minibatch RNG was seeded with `config.seed`.
+    rng_steps: usize,
     device: Device,
     pad_id: u32,
     steps: usize,
@@ -83,6 +96,7 @@ impl std::fmt::Debug for PpoAgent {
             .field("kl_ctl", &self.kl_ctl)
             .field("running", &self.running)
             .field("steps", &self.steps)
+            .field("rng_steps", &self.rng_steps)
             .finish_non_exhaustive()
     }
 }
@@ -149,7 +163,7 @@ impl PpoAgent {
             optimizer: adam(&config),
             kl_ctl: kl_controller(&config),
             running: RunningMoments::new(),
-            rng: StdRng::seed_from_u64(config.seed),
+            rng_steps: 0,
             model,
             config,
             device: device.clone(),
@@ -206,7 +220,78 @@ impl PpoAgent {
         self.optimizer = adam(&self.config);
         self.kl_ctl = kl_controller(&self.config);
         self.running = RunningMoments::new();
-        self.rng = StdRng::seed_from_u64(self.config.seed);
+        self.rng_steps = 0;
+    }
+
+    /// The scalar training state (β controller, running moments, counters, parameter ids).
+    pub fn training_state(&self) -> Result<AgentState> {
+        Ok(AgentState {
+            format: AGENT_STATE_FORMAT,
+            steps: self.steps,
+            rng_steps: self.rng_steps,
+            kl_controller: self.kl_ctl,
+            running_moments: self.running,
+            param_ids: param_ids_hex(&self.model)?,
+        })
+    }
+
+    /// Writes the training state besides the weights into `dir` (created if missing):
+    /// `optimizer.bpk` (Adam moments and step counts, burn's burnpack record) and
+    /// `trainer_state.toml` ([`AgentState`]). Together with the weights (e.g.
+    /// [`LmWithValueHead::save_pretrained`]) this is everything [`PpoAgent::step`] depends on.
+    pub fn save_state(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
+        let opt = dir.join(OPTIMIZER_FILE);
+        let tmp = tmp_path(&opt);
+        self.optimizer
+            .to_record()
+            .save(&tmp)
+            .map_err(|e| state_err(&tmp, format!("{e:?}")))?;
+        std::fs::rename(&tmp, &opt).map_err(|e| state_err(&opt, e))?;
+        write_toml(&dir.join(AGENT_STATE_FILE), &self.training_state()?)
+    }
+
+    /// Restores what [`PpoAgent::save_state`] wrote into this agent, whose model must already
+    /// hold the weights saved with that state (same architecture; the parameter paths are
+    /// checked). The model's parameters get back the ids the optimizer state is keyed by.
+    pub fn load_state(&mut self, dir: &Path) -> Result<()> {
+        let file = dir.join(AGENT_STATE_FILE);
+        let state: AgentState = read_toml(&file)?;
+        if state.format != AGENT_STATE_FORMAT {
+            return Err(state_err(
+                &file,
+                format!(
+                    "format {} (this build reads {AGENT_STATE_FORMAT})",
+                    state.format
+                ),
+            ));
+        }
+        let opt = dir.join(OPTIMIZER_FILE);
+        let record = OptimizerRecord::load(&opt).map_err(|e| state_err(&opt, format!("{e:?}")))?;
+        self.model = restore_param_ids(self.model.clone(), &state.param_ids, &file)?;
+        self.optimizer = adam(&self.config).load_record(record);
+        self.kl_ctl = state.kl_controller;
+        self.running = state.running_moments;
+        self.steps = state.steps;
+        self.rng_steps = state.rng_steps;
+        Ok(())
+    }
+
+    /// Weights (Hugging Face layout plus `value_head.safetensors`, see
+    /// [`LmWithValueHead::save_pretrained`]) and training state ([`PpoAgent::save_state`]) in
+    /// one directory.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        self.model.save_pretrained(dir)?;
+        self.save_state(dir)
+    }
+
+    /// The agent [`PpoAgent::save`] wrote to `dir`, on `device` (autodiff), continuing with
+    /// `config` (normally the one it was trained with).
+    pub fn load(dir: &Path, config: PpoConfig, device: &Device) -> Result<Self> {
+        let model = LmWithValueHead::load(dir, true, device)?;
+        let mut agent = Self::new(model, config, device)?;
+        agent.load_state(dir)?;
+        Ok(agent)
     }
 
     /// Samples responses from the policy (no gradient, KV cache).
@@ -369,8 +454,12 @@ impl PpoAgent {
         let mut opt_steps = 0usize;
         let mut grad_norm_sum = 0.0f64;
         let mut inds: Vec<usize> = (0..bs).collect();
+        // The minibatch order of this step: a generator derived from (seed, steps since
+        // seeding), so that a restored agent draws the same permutations.
+        let mut rng =
+            StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
         for _epoch in 0..self.config.ppo_epochs {
-            inds.shuffle(&mut self.rng);
+            inds.shuffle(&mut rng);
             for bb in inds.chunks(bbs) {
                 let mut accum = GradientsAccumulator::<LmWithValueHead>::new();
                 for mb in bb.chunks(mbs) {
@@ -459,6 +548,7 @@ impl PpoAgent {
 
         self.kl_ctl.update(objective_kl, bs);
         self.steps += 1;
+        self.rng_steps += 1;
         Ok(PpoStats {
             objective_kl: objective_kl as f32,
             objective_kl_dist: kl_dist,

@@ -14,6 +14,7 @@
 //! | `PPOConfig` | [`config::PpoConfig`] |
 //! | `step`, `batched_forward_pass`, `train_minibatch` | [`agent::PpoAgent`] |
 //! | `accelerator.clip_grad_norm_` | [`grad::clip_grad_norm`] |
+| (checkpoint/resume of the trainer state) | [`state`], [`agent::PpoAgent::save_state`] |
 
 pub mod advantages;
 pub mod agent;
@@ -25,6 +26,7 @@ pub mod loss;
 pub mod mask;
 pub mod rewards;
 pub mod running_moments;
+pub mod state;
 pub mod stats;
 pub mod whiten;
 
@@ -38,4 +40,5 @@ pub use loss::{LossInputs, LossParams, LossStats, PpoLoss, ppo_loss};
 pub use mask::ResponseMask;
 pub use rewards::{ShapedRewards, compute_rewards};
 pub use running_moments::{RunningMoments, normalise_scores};
+pub use state::AgentState;
 pub use stats::PpoStats;
