@@ -1,12 +1,13 @@
-//! What a checkpoint stores besides the weights (`state.json`), the deterministic data order,
-//! and the per-iteration random streams.
+//! The app's own checkpoint record (`state.toml`: which run, how far, which copies), the
+//! deterministic data order, and the per-iteration random streams. The training state of the
+//! learners themselves (Adam moments, β, running moments, counters, roles) is written by
+//! `lmrl_rl` next to each copy's weights.
 //!
 //! Every random choice of an iteration (batch, response length, sampling noise) is drawn from a
 //! stream seeded by `(seed, iteration, purpose)`, not from one long-lived generator, so a
 //! resumed run reproduces them without saving any generator state.
 use serde::{Deserialize, Serialize};
 
-use lmrl_rl::ppo::{KlController, RunningMoments};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -26,22 +27,17 @@ pub struct TrainState {
     pub agents: Vec<AgentState>,
 }
 
-/// One trained copy. Its weights and value head are in the checkpoint subdirectory `name`.
+/// One trained copy. Its weights, value head, tokenizer and training state
+/// (`lmrl_rl::ppo::PpoAgent::save`) are in the checkpoint subdirectory `name`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentState {
     /// `policy`, `llm1` or `llm2`.
     pub name: String,
-    /// KL controller (β) after the last step.
-    pub kl_controller: KlController,
-    /// Running score statistics after the last step.
-    pub running_moments: RunningMoments,
-    /// PPO steps taken by this copy.
-    pub steps: usize,
 }
 
-pub const STATE_FORMAT: u32 = 1;
-/// TOML, not JSON: serde_json's default float parser is not exact in the last bit, and an
-/// exact β and exact running moments are what make a resumed run continue the same numbers.
+/// 2: the learners' state moved to `lmrl_rl`'s files (format 1 held β and running moments
+/// here and could not resume exactly).
+pub const STATE_FORMAT: u32 = 2;
 pub const STATE_FILE: &str = "state.toml";
 
 /// SplitMix64 finaliser: a well-mixed 64-bit seed from several inputs.
@@ -60,9 +56,9 @@ pub fn mix(parts: &[u64]) -> u64 {
 /// Purposes of the per-iteration streams.
 pub mod stream {
     pub const RESPONSE_LEN: u64 = 1;
+    /// Sampling noise. CORY's observer and plain-query generations use this seed + 1 and
+    /// + 2 (`lmrl_rl::CoryTrainer::iteration`).
     pub const GEN_PIONEER: u64 = 2;
-    pub const GEN_OBSERVER: u64 = 3;
-    pub const GEN_EVAL: u64 = 4;
     pub const EPOCH_ORDER: u64 = 5;
 }
 
@@ -132,25 +128,20 @@ mod tests {
     }
 
     #[test]
-    fn state_round_trips_exactly_through_toml() {
+    fn state_round_trips_through_toml() {
         let s = TrainState {
             format: STATE_FORMAT,
             algo: Algo::Cory,
             seed: 3,
             completed_iterations: 5,
-            agents: vec![AgentState {
-                name: "llm2".into(),
-                kl_controller: KlController::Adaptive(lmrl_rl::ppo::AdaptiveKlController::new(
-                    0.299_952_000_000_1,
-                    6.0,
-                    10000.0,
-                )),
-                running_moments: RunningMoments {
-                    mean: 0.1 + 0.2,
-                    ..RunningMoments::new()
+            agents: vec![
+                AgentState {
+                    name: "llm2".into(),
                 },
-                steps: 5,
-            }],
+                AgentState {
+                    name: "llm1".into(),
+                },
+            ],
         };
         let text = toml::to_string(&s).unwrap();
         assert_eq!(toml::from_str::<TrainState>(&text).unwrap(), s);

@@ -1,5 +1,7 @@
-//! The training loop: PPO (one policy) or CORY (pioneer + observer, role exchange), with
-//! metrics, samples, plots, checkpoints, resume and Ctrl-C handling.
+//! The training loop: PPO (one `lmrl_rl::PpoAgent`) or CORY (`lmrl_rl::CoryTrainer`: pioneer +
+//! observer, role exchange), with metrics, samples, plots, checkpoints, exact resume and Ctrl-C
+//! handling. The algorithms live in `lmrl-rl`; this file supplies the IMDB data, tokenizer,
+//! template and reward, and the bookkeeping.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +14,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lmrl_data::{ImdbPrompt, imdb_observer_prompt};
 use lmrl_models::{GenerationConfig, LmTokenizer, LmWithValueHead, Sampling, load_causal_lm};
 use lmrl_rewards::Reward;
-use lmrl_rl::ppo::{KlController, PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::cory::EnvError;
+use lmrl_rl::ppo::{PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{CheckpointDir, MetricRow, MetricsLog, SamplesLog, atomic_write, write_toml};
 use rand::Rng;
 use serde::Serialize;
@@ -127,10 +131,13 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// One trained copy of the policy.
-struct Copy {
-    name: String,
-    agent: PpoAgent,
+/// Checkpoint subdirectory of the PPO policy.
+const POLICY: &str = "policy";
+
+/// What is trained: one PPO policy, or the two CORY LLMs in [`CoryTrainer`].
+enum Learner {
+    Ppo(Box<PpoAgent>),
+    Cory(Box<CoryTrainer>),
 }
 
 /// Everything the loop needs that does not change.
@@ -163,6 +170,17 @@ pub fn ppo_config(cfg: &RunConfig) -> PpoConfig {
         max_grad_norm: cfg.max_grad_norm.map(|x| x as f32),
         seed: cfg.seed,
         ..PpoConfig::default()
+    }
+}
+
+/// The CORY settings of this run: R = r₁ + r₂ (paper Eq. 4), role exchange every
+/// `swap_period` iterations.
+pub fn cory_config(cfg: &RunConfig) -> CoryConfig {
+    CoryConfig {
+        swap_every: cfg.swap_period,
+        reset_state_on_swap: cfg.reset_state_on_swap,
+        reward_mode: RewardMode::Sum,
+        eval_query_only: cfg.pioneer_format_metrics,
     }
 }
 
@@ -234,23 +252,25 @@ pub fn train(
         pad_id,
     };
 
-    let names: Vec<&str> = match cfg.algo {
-        Algo::Ppo => vec!["policy"],
-        Algo::Cory => vec!["llm1", "llm2"],
-    };
-    let (mut copies, start) = match &latest {
+    let (mut learner, start) = match &latest {
         None => {
-            let copies = names
-                .iter()
-                .map(|n| {
-                    let model = LmWithValueHead::new(lm.clone(), &train_device);
-                    Ok(Copy {
-                        name: n.to_string(),
-                        agent: PpoAgent::new(model, ppo.clone(), &train_device)?,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            (copies, 0)
+            let agent = || -> Result<PpoAgent> {
+                let model = LmWithValueHead::new(lm.clone(), &train_device);
+                Ok(PpoAgent::new(model, ppo.clone(), &train_device)?)
+            };
+            let learner = match cfg.algo {
+                Algo::Ppo => Learner::Ppo(Box::new(agent()?)),
+                Algo::Cory => {
+                    let (llm1, llm2) = (agent()?, agent()?);
+                    Learner::Cory(Box::new(CoryTrainer::new(
+                        llm1,
+                        llm2,
+                        env.reference.clone(),
+                        cory_config(cfg),
+                    )))
+                }
+            };
+            (learner, 0)
         }
         Some((_, dir)) => restore(&env, dir)?,
     };
@@ -278,9 +298,10 @@ pub fn train(
     for it in start..cfg.iterations {
         let t0 = Instant::now();
         PHASES.with(|p| p.set([0.0; 3]));
-        let rows = match cfg.algo {
-            Algo::Ppo => ppo_iteration(&env, &mut copies[0], it, &mut samples)?,
-            Algo::Cory => cory_iteration(&env, &mut copies, it, &mut samples)?,
+        let rows = match &mut learner {
+            Learner::Ppo(agent) => ppo_iteration(&env, agent, it, &mut samples)?,
+            // The role exchange after every `swap_period` iterations happens inside.
+            Learner::Cory(trainer) => cory_iteration(&env, trainer, it, &mut samples)?,
         };
         let secs = t0.elapsed().as_secs_f64();
         let mut line = format!("it {:>3}/{} |", it + 1, cfg.iterations);
@@ -294,27 +315,10 @@ pub fn train(
         }
         let [g, sc, o] = PHASES.with(|p| p.get());
         eprintln!("{line} {secs:.1} s (generate {g:.1}, score {sc:.2}, optimise {o:.1})");
-        // CORY role exchange after every `swap_period` iterations (spec §2 step 8).
-        if cfg.algo == Algo::Cory && (it + 1).is_multiple_of(cfg.swap_period) {
-            copies.swap(0, 1);
-            if cfg.reset_state_on_swap {
-                // What the reference's reload does: fresh Adam, β₀, normaliser, minibatch seed.
-                copies = copies
-                    .into_iter()
-                    .map(|c| {
-                        let model = c.agent.into_model();
-                        Ok(Copy {
-                            name: c.name,
-                            agent: PpoAgent::new(model, env.ppo.clone(), &env.train_device)?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-            }
-        }
         let done = it + 1;
         let interrupted = INTERRUPTED.load(Ordering::SeqCst);
         if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
-            save_checkpoint(&env, &ckpts, &copies, done)?;
+            save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
             eprintln!(
@@ -374,28 +378,41 @@ fn finish(out: &Path, cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
-fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usize) -> Result<()> {
+/// Writes checkpoint `done`: per copy its HF-format weights, value head, tokenizer and
+/// training state (`lmrl_rl`'s `optimizer.bpk` + `trainer_state.toml`); for CORY also the
+/// trainer's `cory_state.toml`; and the app's `state.toml`.
+fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: usize) -> Result<()> {
+    let names: Vec<String> = match learner {
+        Learner::Ppo(_) => vec![POLICY.into()],
+        Learner::Cory(t) => {
+            let p = if t.role_of(0) == Role::Pioneer { 0 } else { 1 };
+            vec![
+                CoryTrainer::llm_name(p).into(),
+                CoryTrainer::llm_name(1 - p).into(),
+            ]
+        }
+    };
     let state = TrainState {
         format: STATE_FORMAT,
         algo: env.cfg.algo,
         seed: env.cfg.seed,
         completed_iterations: done,
-        agents: copies
-            .iter()
-            .map(|c| AgentState {
-                name: c.name.clone(),
-                kl_controller: *c.agent.kl_controller(),
-                running_moments: *c.agent.running_moments(),
-                steps: c.agent.steps(),
-            })
-            .collect(),
+        agents: names.into_iter().map(|name| AgentState { name }).collect(),
     };
     let bar = spinner(format!("checkpoint {done}"));
     ckpts.save(done, |dir| {
-        for c in copies {
-            let d = dir.join(&c.name);
-            c.agent.model().save_pretrained(&d)?;
-            env.tok.save(&d)?;
+        match learner {
+            Learner::Ppo(agent) => {
+                let d = dir.join(POLICY);
+                agent.save(&d)?;
+                env.tok.save(&d)?;
+            }
+            Learner::Cory(t) => {
+                t.save(dir)?;
+                for i in 0..2 {
+                    env.tok.save(&dir.join(CoryTrainer::llm_name(i)))?;
+                }
+            }
         }
         std::fs::write(dir.join(STATE_FILE), toml::to_string_pretty(&state)?)?;
         Ok(())
@@ -405,9 +422,9 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usiz
     Ok(())
 }
 
-/// Rebuilds the copies from a checkpoint: weights and value heads exactly, β through the
-/// controller's initial value. See docs/imdb-app.md for what a resumed run cannot restore.
-fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
+/// Rebuilds the learner from a checkpoint exactly: weights, value heads, Adam moments, β,
+/// running score moments, step counters, roles and the CORY iteration counter.
+fn restore(env: &Env, dir: &Path) -> Result<(Learner, usize)> {
     let path = dir.join(STATE_FILE);
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -422,27 +439,36 @@ fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
             state.seed
         );
     }
-    let copies = state
-        .agents
-        .iter()
-        .map(|a| {
-            let model = LmWithValueHead::load(&dir.join(&a.name), true, &env.train_device)
-                .with_context(|| format!("cannot load {}", dir.join(&a.name).display()))?;
-            let beta = match a.kl_controller {
-                KlController::Adaptive(c) => c.value,
-                KlController::Fixed(c) => c.value,
-            };
-            let cfg = PpoConfig {
-                init_kl_coef: beta,
-                ..env.ppo.clone()
-            };
-            Ok(Copy {
-                name: a.name.clone(),
-                agent: PpoAgent::new(model, cfg, &env.train_device)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok((copies, state.completed_iterations))
+    let learner = match env.cfg.algo {
+        Algo::Ppo => {
+            let d = dir.join(POLICY);
+            Learner::Ppo(Box::new(
+                PpoAgent::load(&d, env.ppo.clone(), &env.train_device)
+                    .with_context(|| format!("cannot restore {}", d.display()))?,
+            ))
+        }
+        Algo::Cory => {
+            let t = CoryTrainer::load(
+                dir,
+                &env.ppo,
+                env.reference.clone(),
+                cory_config(&env.cfg),
+                &env.train_device,
+            )
+            .with_context(|| format!("cannot restore {}", dir.display()))?;
+            if t.iterations() != state.completed_iterations {
+                bail!(
+                    "{} says {} iterations, {} says {}",
+                    path.display(),
+                    state.completed_iterations,
+                    dir.join(lmrl_rl::cory::CORY_STATE_FILE).display(),
+                    t.iterations()
+                );
+            }
+            Learner::Cory(Box::new(t))
+        }
+    };
+    Ok((learner, state.completed_iterations))
 }
 
 fn bar(len: usize, what: String) -> ProgressBar {
@@ -463,13 +489,26 @@ fn spinner(what: String) -> ProgressBar {
     b
 }
 
-/// Samples responses in chunks of `generation_batch_size`, with a progress bar.
+/// The sampler settings of iteration `it`'s generation calls: pure sampling, `gen_len` new
+/// tokens, base seed `seed` (each chunk of `generation_batch_size` prompts mixes in its index).
+fn generation_config(env: &Env, gen_len: usize, seed: u64) -> GenerationConfig {
+    GenerationConfig {
+        sampling: Sampling::pure(),
+        max_new_tokens: gen_len,
+        repetition_penalty: env.cfg.repetition_penalty,
+        eos_token_id: env.tok.eos_token_id(),
+        pad_token_id: env.pad_id,
+        seed,
+    }
+}
+
+/// Samples responses in chunks of `generation_batch_size`, with a progress bar. Chunk `k` uses
+/// the seed `mix(base.seed, k)`.
 fn generate(
     env: &Env,
     agent: &PpoAgent,
     prompts: &[Vec<u32>],
-    gen_len: usize,
-    seed: u64,
+    base: &GenerationConfig,
     what: String,
 ) -> Result<Vec<Vec<u32>>> {
     let t0 = Instant::now();
@@ -477,12 +516,8 @@ fn generate(
     let mut out = Vec::with_capacity(prompts.len());
     for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
         let gcfg = GenerationConfig {
-            sampling: Sampling::pure(),
-            max_new_tokens: gen_len,
-            repetition_penalty: env.cfg.repetition_penalty,
-            eos_token_id: env.tok.eos_token_id(),
-            pad_token_id: env.pad_id,
-            seed: crate::state::mix(&[seed, k as u64]),
+            seed: crate::state::mix(&[base.seed, k as u64]),
+            ..base.clone()
         };
         let g = agent.generate(chunk, &gcfg)?;
         out.extend(g.tokens);
@@ -499,36 +534,18 @@ fn decode_all(tok: &LmTokenizer, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
         .collect()
 }
 
-fn score(env: &Env, texts: &[String], it: usize) -> Result<Vec<f32>> {
+/// Task rewards r(q, y): the reward model scores the plain query followed by the response.
+fn score(env: &Env, queries: &[&str], responses: &[String], it: usize) -> Result<Vec<f32>> {
+    let texts: Vec<String> = queries
+        .iter()
+        .zip(responses)
+        .map(|(q, y)| format!("{q}{y}"))
+        .collect();
     let t0 = Instant::now();
     let b = spinner(format!("scoring {} texts", texts.len()));
-    let s = setup::score_texts(env.reward.as_ref(), texts, it);
+    let s = setup::score_texts(env.reward.as_ref(), &texts, it);
     b.finish_and_clear();
     add_phase(1, t0.elapsed().as_secs_f64());
-    s
-}
-
-fn optimise(
-    env: &Env,
-    c: &mut Copy,
-    q: &[Vec<u32>],
-    y: &[Vec<u32>],
-    scores: &[f32],
-    it: usize,
-) -> Result<PpoStats> {
-    let t0 = Instant::now();
-    let b = spinner(format!(
-        "optimising {} ({} epochs × {} minibatches)",
-        c.name,
-        env.cfg.ppo_epochs,
-        env.cfg.batch_size / env.cfg.mini_batch_size
-    ));
-    let s = c
-        .agent
-        .step(q, y, scores, &env.reference)
-        .with_context(|| format!("PPO step of {} failed on iteration {it}", c.name));
-    b.finish_and_clear();
-    add_phase(2, t0.elapsed().as_secs_f64());
     s
 }
 
@@ -536,16 +553,16 @@ fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One metrics row. `task` is the batch mean of r(q, y) of the agent's own responses;
+/// `pioneer` its (reward, KL) answering the plain query, when measured separately.
 fn row(
     it: usize,
     name: &str,
     role: &str,
-    own_scores: &[f32],
+    task: f64,
     s: &PpoStats,
     pioneer: Option<(f64, f64)>,
 ) -> MetricRow {
-    let task = mean(own_scores);
     let kl = f64::from(s.objective_kl);
     let (ptr, pkl) = pioneer.unwrap_or((task, kl));
     MetricRow {
@@ -578,12 +595,12 @@ struct Sample<'a> {
     score: f32,
 }
 
-fn log_samples(
+fn log_samples<Q: AsRef<str>>(
     samples: &mut SamplesLog,
     it: usize,
     agent: &str,
     role: &str,
-    queries: &[&str],
+    queries: &[Q],
     responses: &[String],
     scores: &[f32],
 ) -> Result<()> {
@@ -592,7 +609,7 @@ fn log_samples(
             iteration: it,
             agent,
             role,
-            query: q,
+            query: q.as_ref(),
             response: r,
             score: *s,
         })?;
@@ -615,7 +632,7 @@ fn batch_of(env: &Env, it: usize) -> (Vec<&ImdbPrompt>, usize) {
 
 fn ppo_iteration(
     env: &Env,
-    c: &mut Copy,
+    agent: &mut PpoAgent,
     it: usize,
     samples: &mut SamplesLog,
 ) -> Result<Vec<MetricRow>> {
@@ -623,108 +640,151 @@ fn ppo_iteration(
     let q: Vec<Vec<u32>> = batch.iter().map(|p| p.input_ids.clone()).collect();
     let q_text: Vec<&str> = batch.iter().map(|p| p.query.as_str()).collect();
     let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]);
-    let y = generate(env, &c.agent, &q, gen_len, seed, "generating".into())?;
+    let gcfg = generation_config(env, gen_len, seed);
+    let y = generate(env, agent, &q, &gcfg, "generating".into())?;
     let y_text = decode_all(&env.tok, &y)?;
-    let full: Vec<String> = q_text
-        .iter()
-        .zip(&y_text)
-        .map(|(a, b)| format!("{a}{b}"))
-        .collect();
-    let scores = score(env, &full, it)?;
+    let scores = score(env, &q_text, &y_text, it)?;
     if it.is_multiple_of(env.cfg.samples_every) {
-        log_samples(samples, it, &c.name, "policy", &q_text, &y_text, &scores)?;
+        log_samples(samples, it, POLICY, "policy", &q_text, &y_text, &scores)?;
     }
-    let stats = optimise(env, c, &q, &y, &scores, it)?;
-    Ok(vec![row(it, &c.name, "policy", &scores, &stats, None)])
+    let t0 = Instant::now();
+    let b = spinner(format!(
+        "optimising ({} epochs × {} minibatches)",
+        env.cfg.ppo_epochs,
+        env.cfg.batch_size / env.cfg.mini_batch_size
+    ));
+    let stats = agent
+        .step(&q, &y, &scores, &env.reference)
+        .with_context(|| format!("PPO step failed on iteration {it}"));
+    b.finish_and_clear();
+    add_phase(2, t0.elapsed().as_secs_f64());
+    Ok(vec![row(
+        it,
+        POLICY,
+        "policy",
+        mean(&scores),
+        &stats?,
+        None,
+    )])
 }
 
-/// One CORY iteration (spec §2): pioneer answers q, observer answers the merged prompt, both
-/// are scored on `q + own response`, and both train on R = r₁ + r₂ (Eq. 4).
+/// The IMDB side of CORY for [`CoryTrainer`]: the policy's tokenizer, the observer template
+/// `lmrl_data::imdb_observer_prompt`, the sentiment reward on `query + response`, and chunked
+/// generation with progress bars. Lives for one iteration (`it` names it in errors).
+struct ImdbCory<'a> {
+    env: &'a Env,
+    it: usize,
+}
+
+impl CoryEnv for ImdbCory<'_> {
+    fn decode(&self, ids: &[u32]) -> std::result::Result<String, EnvError> {
+        Ok(self.env.tok.decode(ids)?)
+    }
+
+    fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, EnvError> {
+        Ok(self.env.tok.encode(text)?)
+    }
+
+    fn observer_prompt(
+        &self,
+        query: &str,
+        pioneer_response: &str,
+    ) -> std::result::Result<String, EnvError> {
+        Ok(imdb_observer_prompt(query, pioneer_response))
+    }
+
+    fn rewards(
+        &mut self,
+        queries: &[String],
+        responses: &[String],
+    ) -> std::result::Result<Vec<f32>, EnvError> {
+        score(self.env, &queries_ref(queries), responses, self.it).map_err(boxed)
+    }
+
+    fn generate(
+        &mut self,
+        agent: &PpoAgent,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        purpose: GenerationPurpose,
+    ) -> std::result::Result<Vec<Vec<u32>>, EnvError> {
+        let what = match purpose {
+            GenerationPurpose::Pioneer => "pioneer",
+            GenerationPurpose::Observer => "observer",
+            GenerationPurpose::QueryOnly => "observer (plain query)",
+        };
+        generate(self.env, agent, prompts, config, what.into()).map_err(boxed)
+    }
+}
+
+fn queries_ref(q: &[String]) -> Vec<&str> {
+    q.iter().map(String::as_str).collect()
+}
+
+fn boxed(e: anyhow::Error) -> EnvError {
+    e.into_boxed_dyn_error()
+}
+
+/// One CORY iteration (spec §2) through [`CoryTrainer::iteration`]: pioneer answers q,
+/// observer answers the merged prompt, both are scored on `q + own response`, both train on
+/// R = r₁ + r₂ (Eq. 4), roles are exchanged every `swap_period` iterations.
 fn cory_iteration(
     env: &Env,
-    copies: &mut [Copy],
+    trainer: &mut CoryTrainer,
     it: usize,
     samples: &mut SamplesLog,
 ) -> Result<Vec<MetricRow>> {
     let (batch, gen_len) = batch_of(env, it);
     let q: Vec<Vec<u32>> = batch.iter().map(|p| p.input_ids.clone()).collect();
-    let q_text: Vec<&str> = batch.iter().map(|p| p.query.as_str()).collect();
-    let (pio, obs) = copies.split_at_mut(1);
-    let (pio, obs) = (&mut pio[0], &mut obs[0]);
-
     let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]);
-    let y1 = generate(
-        env,
-        &pio.agent,
-        &q,
-        gen_len,
-        seed,
-        format!("{} (pioneer)", pio.name),
-    )?;
-    let y1_text = decode_all(&env.tok, &y1)?;
-    let m_text: Vec<String> = q_text
-        .iter()
-        .zip(&y1_text)
-        .map(|(q, y)| imdb_observer_prompt(q, y))
-        .collect();
-    let m: Vec<Vec<u32>> = m_text
-        .iter()
-        .map(|t| env.tok.encode(t))
-        .collect::<Result<_, _>>()?;
-    let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_OBSERVER]);
-    let y2 = generate(
-        env,
-        &obs.agent,
-        &m,
-        gen_len,
-        seed,
-        format!("{} (observer)", obs.name),
-    )?;
-    let y2_text = decode_all(&env.tok, &y2)?;
+    let gcfg = generation_config(env, gen_len, seed);
+    let t0 = Instant::now();
+    let stats = trainer
+        .iteration(&q, &gcfg, &mut ImdbCory { env, it })
+        .with_context(|| format!("CORY iteration {it} failed"))?;
+    let [g, sc, _] = PHASES.with(|p| p.get());
+    add_phase(2, (t0.elapsed().as_secs_f64() - g - sc).max(0.0));
 
-    let cat = |ys: &[String]| -> Vec<String> {
-        q_text
-            .iter()
-            .zip(ys)
-            .map(|(a, b)| format!("{a}{b}"))
-            .collect()
-    };
-    let mut texts = cat(&y1_text);
-    texts.extend(cat(&y2_text));
-    let all = score(env, &texts, it)?;
-    let (r1, r2) = all.split_at(q.len());
-    let total: Vec<f32> = r1.iter().zip(r2).map(|(a, b)| a + b).collect();
-
-    // Observer answering the plain query, measured before the update (same weights as its
-    // training rollout).
-    let obs_pioneer_format = if env.cfg.pioneer_format_metrics {
-        let seed = crate::state::mix(&[env.cfg.seed, it as u64, stream::GEN_EVAL]);
-        let y = generate(
-            env,
-            &obs.agent,
-            &q,
-            gen_len,
-            seed,
-            format!("{} (plain query)", obs.name),
-        )?;
-        let r = score(env, &cat(&decode_all(&env.tok, &y)?), it)?;
-        let kl = obs.agent.kl_to_reference(&q, &y, &env.reference)?;
-        Some((mean(&r), mean(&kl)))
-    } else {
-        None
-    };
-
+    let t = &stats.texts;
     if it.is_multiple_of(env.cfg.samples_every) {
-        log_samples(samples, it, &pio.name, "pioneer", &q_text, &y1_text, r1)?;
-        let m_ref: Vec<&str> = m_text.iter().map(String::as_str).collect();
-        log_samples(samples, it, &obs.name, "observer", &m_ref, &y2_text, r2)?;
+        for m in &stats.agents {
+            match m.role {
+                Role::Pioneer => log_samples(
+                    samples,
+                    it,
+                    m.llm,
+                    "pioneer",
+                    &t.queries,
+                    &t.pioneer_responses,
+                    &t.pioneer_rewards,
+                )?,
+                Role::Observer => log_samples(
+                    samples,
+                    it,
+                    m.llm,
+                    "observer",
+                    &t.observer_prompts,
+                    &t.observer_responses,
+                    &t.observer_rewards,
+                )?,
+            }
+        }
     }
-    let s1 = optimise(env, pio, &q, &y1, &total, it)?;
-    let s2 = optimise(env, obs, &m, &y2, &total, it)?;
-    let mut rows = vec![
-        row(it, &pio.name, "pioneer", r1, &s1, None),
-        row(it, &obs.name, "observer", r2, &s2, obs_pioneer_format),
-    ];
-    rows.sort_by(|a, b| a.agent.cmp(&b.agent));
-    Ok(rows)
+    // `stats.agents` is [llm1, llm2]: rows sorted by agent name.
+    Ok(stats
+        .agents
+        .iter()
+        .map(|m| {
+            let (own, role) = match m.role {
+                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
+                Role::Observer => (&t.observer_rewards, "observer"),
+            };
+            let plain = m
+                .query_only_reward
+                .zip(m.query_only_kl)
+                .filter(|_| m.role == Role::Observer)
+                .map(|(r, k)| (f64::from(r), f64::from(k)));
+            row(it, m.llm, role, mean(own), &m.ppo, plain)
+        })
+        .collect())
 }

@@ -276,8 +276,8 @@ impl CoryTrainer {
     /// Writes both agents' training states ([`PpoAgent::save_state`], in `dir/llm1` and
     /// `dir/llm2`) and `cory_state.toml` ([`CoryState`]); no weights.
     pub fn save_state(&self, dir: &Path) -> Result<()> {
-        for i in 0..2 {
-            self.llm(i).save_state(&dir.join(LLM_NAMES[i]))?;
+        for (i, name) in LLM_NAMES.iter().enumerate() {
+            self.llm(i).save_state(&dir.join(name))?;
         }
         write_toml(&dir.join(CORY_STATE_FILE), &self.state())
     }
@@ -286,8 +286,8 @@ impl CoryTrainer {
     /// [`CoryTrainer::new`] from agents that already hold the saved weights of llm1 and llm2:
     /// their optimizer/β/normaliser state, the roles and the iteration counter.
     pub fn load_state(&mut self, dir: &Path) -> Result<()> {
-        for i in 0..2 {
-            self.llm_mut(i).load_state(&dir.join(LLM_NAMES[i]))?;
+        for (i, name) in LLM_NAMES.iter().enumerate() {
+            self.llm_mut(i).load_state(&dir.join(name))?;
         }
         self.load_roles(dir)
     }
@@ -327,8 +327,8 @@ impl CoryTrainer {
     /// Weights and training state of both agents ([`PpoAgent::save`], in `dir/llm1` and
     /// `dir/llm2`) and the trainer's own state: everything to continue exactly.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        for i in 0..2 {
-            self.llm(i).save(&dir.join(LLM_NAMES[i]))?;
+        for (i, name) in LLM_NAMES.iter().enumerate() {
+            self.llm(i).save(&dir.join(name))?;
         }
         write_toml(&dir.join(CORY_STATE_FILE), &self.state())
     }

@@ -456,8 +456,7 @@ impl PpoAgent {
         let mut inds: Vec<usize> = (0..bs).collect();
         // The minibatch order of this step: a generator derived from (seed, steps since
         // seeding), so that a restored agent draws the same permutations.
-        let mut rng =
-            StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
+        let mut rng = StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
         for _epoch in 0..self.config.ppo_epochs {
             inds.shuffle(&mut rng);
             for bb in inds.chunks(bbs) {

@@ -14,7 +14,7 @@
 //! | `PPOConfig` | [`config::PpoConfig`] |
 //! | `step`, `batched_forward_pass`, `train_minibatch` | [`agent::PpoAgent`] |
 //! | `accelerator.clip_grad_norm_` | [`grad::clip_grad_norm`] |
-| (checkpoint/resume of the trainer state) | [`state`], [`agent::PpoAgent::save_state`] |
+//! | (checkpoint/resume of the trainer state) | [`state`], [`agent::PpoAgent::save_state`] |
 
 pub mod advantages;
 pub mod agent;
