@@ -1,10 +1,11 @@
-//! What a checkpoint stores besides the weights (`state.toml`), the deterministic data order,
-//! and the per-iteration random streams.
+//! The app's own checkpoint record (`state.toml`: which run, how far, which copies), the
+//! deterministic data order, and the per-iteration random streams. The training state of the
+//! learners themselves (Adam moments, β, running moments, counters, roles) is written by
+//! `lmrl_rl` next to each copy's weights.
 //!
 //! Every random choice of an iteration (batch, sampling noise) comes from a stream seeded by
 //! `(seed, iteration, purpose)`, not from one long-lived generator, so a resumed run reproduces
 //! them without saving any generator state.
-use lmrl_rl::ppo::{KlController, RunningMoments};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -25,20 +26,17 @@ pub struct TrainState {
     pub agents: Vec<AgentState>,
 }
 
-/// One trained copy. Its weights and value head are in the checkpoint subdirectory `name`.
+/// One trained copy. Its weights, value head, tokenizer and training state
+/// (`lmrl_rl::ppo::PpoAgent::save_state`) are in the checkpoint subdirectory `name`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentState {
     /// `policy`, `llm1` or `llm2`.
     pub name: String,
-    /// KL controller (β) after the last step.
-    pub kl_controller: KlController,
-    /// Running score statistics after the last step.
-    pub running_moments: RunningMoments,
-    /// PPO steps taken by this copy.
-    pub steps: usize,
 }
 
-pub const STATE_FORMAT: u32 = 1;
+/// 2: the learners' state moved to `lmrl_rl`'s files (format 1 held β and running moments
+/// here and could not resume exactly).
+pub const STATE_FORMAT: u32 = 2;
 /// TOML, not JSON: serde_json's default float parser is not bit-exact, TOML's is.
 pub const STATE_FILE: &str = "state.toml";
 
@@ -57,8 +55,8 @@ pub fn mix(parts: &[u64]) -> u64 {
 
 /// Purposes of the per-iteration streams.
 pub mod stream {
+    /// Sampling noise. CORY's observer uses this seed + 1 (`lmrl_rl::CoryTrainer::iteration`).
     pub const GEN_PIONEER: u64 = 2;
-    pub const GEN_OBSERVER: u64 = 3;
     pub const EPOCH_ORDER: u64 = 5;
     pub const EVAL: u64 = 6;
 }
@@ -121,14 +119,14 @@ mod tests {
             algo: Algo::Cory,
             seed: 3,
             completed_iterations: 5,
-            agents: vec![AgentState {
-                name: "llm2".into(),
-                kl_controller: KlController::Adaptive(lmrl_rl::ppo::AdaptiveKlController::new(
-                    0.01, 6.0, 10000.0,
-                )),
-                running_moments: RunningMoments::new(),
-                steps: 5,
-            }],
+            agents: vec![
+                AgentState {
+                    name: "llm2".into(),
+                },
+                AgentState {
+                    name: "llm1".into(),
+                },
+            ],
         };
         let text = toml::to_string(&s).unwrap();
         assert_eq!(toml::from_str::<TrainState>(&text).unwrap(), s);

