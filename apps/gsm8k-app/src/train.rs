@@ -139,7 +139,9 @@ impl Learner {
     fn copies(&self) -> Vec<(&'static str, &PpoAgent)> {
         match self {
             Learner::Ppo(a) => vec![(POLICY, a.as_ref())],
-            Learner::Cory(t) => (0..2).map(|i| (CoryTrainer::llm_name(i), t.llm(i))).collect(),
+            Learner::Cory(t) => (0..2)
+                .map(|i| (CoryTrainer::llm_name(i), t.llm(i)))
+                .collect(),
         }
     }
 }
@@ -839,16 +841,13 @@ impl<'a> GsmCory<'a> {
         if self.keys.get(at).is_some_and(|k| k == query) {
             return Ok(at);
         }
-        self.keys
-            .iter()
-            .position(|k| k == query)
-            .ok_or_else(|| {
-                format!(
-                    "iteration {}: a query is not one of the batch's prompts: {query:?}",
-                    self.it
-                )
-                .into()
-            })
+        self.keys.iter().position(|k| k == query).ok_or_else(|| {
+            format!(
+                "iteration {}: a query is not one of the batch's prompts: {query:?}",
+                self.it
+            )
+            .into()
+        })
     }
 }
 

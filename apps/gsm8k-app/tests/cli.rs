@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use lmrl_runs::read_rows;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -316,6 +317,21 @@ fn csv_lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that two runs logged the same metrics: every row, every column but the wall-clock
+/// `seconds` (exact resume restores weights, value heads, Adam moments, β, running score
+/// moments, minibatch RNG, roles and the data order, so nothing may differ).
+fn assert_same_metrics(a: &Path, b: &Path, rows: usize) {
+    let a = read_rows(&a.join("metrics.csv")).unwrap();
+    let b = read_rows(&b.join("metrics.csv")).unwrap();
+    assert_eq!(a.len(), rows);
+    assert_eq!(b.len(), rows);
+    for (x, y) in a.iter().zip(&b) {
+        let mut y = y.clone();
+        y.seconds = x.seconds;
+        assert_eq!(*x, y, "iteration {}, {}", x.iteration, x.agent);
+    }
+}
+
 fn assert_checkpoint(run: &Path, iters: usize, agents: &[&str]) {
     let ck = run.join(format!("checkpoints/iter-{iters:06}"));
     assert!(ck.join("state.toml").is_file(), "{}", ck.display());
@@ -410,6 +426,60 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     let e = csv_lines(&out.join("eval.csv"));
     assert_eq!(e.len(), 3, "one before row kept, one after row");
     assert_checkpoint(&out, 3, &["policy"]);
+    assert!(
+        out.join("checkpoints/iter-000003/policy/optimizer.bpk")
+            .is_file()
+    );
+    // The resumed run is exactly the run that never stopped.
+    let full = t.dir.path().join("ppo-full");
+    run_ok(&mut train_cmd(&t, "ppo", &full, &[("--iterations", "3")]));
+    assert_same_metrics(&full, &out, 3);
+    let samples = |d: &Path| std::fs::read_to_string(d.join("samples.jsonl")).unwrap();
+    assert_eq!(samples(&full), samples(&out));
+}
+
+#[test]
+fn cory_resume_is_exact() {
+    let t = tiny();
+    // Role exchange every 2 iterations: the exchange after iteration 2 needs the restored
+    // iteration counter, the one before the stop needs the restored roles.
+    let flags = [
+        ("--iterations", "4"),
+        ("--swap-period", "2"),
+        ("--eval-limit", "0"),
+        ("--checkpoint-every", "3"),
+    ];
+    let full = t.dir.path().join("full");
+    run_ok(&mut train_cmd(&t, "cory", &full, &flags));
+    let part = t.dir.path().join("part");
+    let mut flags_part = flags;
+    flags_part[0].1 = "3";
+    run_ok(&mut train_cmd(&t, "cory", &part, &flags_part));
+    let state = std::fs::read_to_string(part.join("checkpoints/iter-000003/state.toml")).unwrap();
+    assert!(state.contains("name = \"llm2\""), "{state}");
+    run_ok(
+        bin()
+            .arg("--resume")
+            .arg(&part)
+            .args(["--iterations", "4", "--cache-dir"])
+            .arg(t.dir.path().join("cache")),
+    );
+    assert_same_metrics(&full, &part, 8);
+    let m = csv_lines(&part.join("metrics.csv"));
+    assert!(m[7].starts_with("3,llm1,observer,"), "{}", m[7]);
+    assert!(m[8].starts_with("3,llm2,pioneer,"), "{}", m[8]);
+    let samples = |d: &Path| std::fs::read_to_string(d.join("samples.jsonl")).unwrap();
+    assert_eq!(samples(&full), samples(&part));
+    let ck = part.join("checkpoints/iter-000004");
+    for f in [
+        "llm1/model.safetensors",
+        "llm1/optimizer.bpk",
+        "llm2/trainer_state.toml",
+        "cory_state.toml",
+        "state.toml",
+    ] {
+        assert!(ck.join(f).is_file(), "{f} missing");
+    }
 }
 
 #[test]
@@ -498,6 +568,41 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
         })
         .count();
     assert!(moved > 0, "some adapted projection must have moved");
+    // Resume is exact for LoRA too: the adapters come back from `lora_model.bpk`.
+    assert!(
+        out.join("checkpoints/iter-000002/policy/lora_model.bpk")
+            .is_file()
+    );
+    let part = t.dir.path().join("lora-part");
+    let mut c = train_cmd(
+        &t,
+        "ppo",
+        &part,
+        &[
+            ("--lora-rank", "2"),
+            ("--eval-limit", "0"),
+            ("--lr", "0.01"),
+            ("--iterations", "1"),
+        ],
+    );
+    run_ok(&mut c);
+    run_ok(
+        bin()
+            .arg("--resume")
+            .arg(&part)
+            .args(["--iterations", "2", "--cache-dir"])
+            .arg(t.dir.path().join("cache")),
+    );
+    assert_same_metrics(&out, &part, 2);
+    let resumed =
+        std::fs::read(part.join("checkpoints/iter-000002/policy/model.safetensors")).unwrap();
+    let resumed = safetensors::SafeTensors::deserialize(&resumed).unwrap();
+    for n in [
+        "model.embed_tokens.weight",
+        "model.layers.1.self_attn.q_proj.weight",
+    ] {
+        assert_eq!(bytes(&tuned, n), bytes(&resumed, n), "{n} after resume");
+    }
     // The merged checkpoint is a plain model: it loads and evaluates.
     run_ok(
         bin()

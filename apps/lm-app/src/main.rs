@@ -59,6 +59,17 @@ enum Command {
     /// seconds per forward+backward of LM cross-entropy over 8×64 tokens. Prints one JSON line
     /// per model.
     Bench(bench::BenchArgs),
+    /// Convert a checkpoint (HF directory or .gguf) to a Hugging Face directory:
+    /// config.json + model.safetensors (HF names and layouts; GGUF Q/K rows restored to HF's
+    /// rotate-half order) + tokenizer.json, loadable by `AutoModelForCausalLM.from_pretrained`.
+    Convert {
+        /// HF model directory or a .gguf file.
+        #[arg(long)]
+        model: PathBuf,
+        /// Output directory (created; files are written atomically).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -148,7 +159,22 @@ fn main() -> Result<()> {
         Command::Logits { model, input, out } => logits(&model, &input, &out, &device),
         Command::Generate(args) => generate_cmd(&args, &device),
         Command::Bench(args) => bench::run(&args, &device),
+        Command::Convert { model, out } => convert(&model, &out, &device),
     }
+}
+
+fn convert(model: &Path, out: &Path, device: &Device) -> Result<()> {
+    let lm = load_causal_lm(model, device)
+        .with_context(|| format!("loading model {}", model.display()))?;
+    let tok = LmTokenizer::load_for_model(model)
+        .with_context(|| format!("loading the tokenizer of {}", model.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    lmrl_models::save_pretrained(&lm, out)
+        .with_context(|| format!("writing the model to {}", out.display()))?;
+    tok.save(out)
+        .with_context(|| format!("writing the tokenizer to {}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
 }
 
 /// `model_type` of an HF directory's config.json, if there is one.

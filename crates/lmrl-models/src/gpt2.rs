@@ -4,7 +4,7 @@
 //! checkpoint weights load without a transpose. The LM head is tied to `wte`.
 use burn::module::Module;
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
-use burn::tensor::activation::{gelu, gelu_approximate};
+use burn::tensor::activation::{gelu, sigmoid};
 use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -36,10 +36,28 @@ impl Activation {
 
     fn apply(self, x: Tensor<3>) -> Tensor<3> {
         match self {
-            Self::GeluTanh => gelu_approximate(x),
+            Self::GeluTanh => gelu_tanh(x),
             Self::GeluErf => gelu(x),
         }
     }
+}
+
+/// HF `gelu_new`: `0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))`, computed as the identical
+/// `x·σ(2√(2/π)·x·(1 + 0.044715x²))` (since `(1 + tanh u)/2 = σ(2u)`).
+///
+/// Why not burn's `gelu_approximate`: it composes `powf_scalar(3)` and `tanh`, two
+/// single-threaded libm calls per element on flex (`burn-flex` `ops/unary.rs::unary_op`), and
+/// cost ~6× this form (74 ms against 13 ms on `[8, 64, 3072]`, ~0.7 s of a GPT-2 small
+/// forward over 8×64 tokens); one `sigmoid` (one `exp`) and plain multiplies do the same work.
+/// Agrees with it to < 1e-6 absolute.
+pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    /// `2·√(2/π)`.
+    const C: f64 = 2.0 * 0.797_884_560_802_865_4;
+    let u = (x.clone() * x.clone())
+        .mul_scalar(C * 0.044_715)
+        .add_scalar(C)
+        * x.clone();
+    x * sigmoid(u)
 }
 
 /// HF `GPT2Attention`: fused QKV projection `c_attn` and output projection `c_proj`.
