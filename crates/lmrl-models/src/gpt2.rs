@@ -36,7 +36,6 @@ impl Activation {
 
     fn apply(self, x: Tensor<3>) -> Tensor<3> {
         match self {
-            Self::GeluTanh if std::env::var_os("ZZ_OLD_GELU").is_some() => burn::tensor::activation::gelu_approximate(x),
             Self::GeluTanh => gelu_tanh(x),
             Self::GeluErf => gelu(x),
         }

@@ -149,81 +149,12 @@ pub fn validate_ids(config: &ModelConfig, ids: &[Vec<u32>], past: usize) -> Resu
 pub fn dense(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
     let [b, s, d_in] = x.dims();
     let d_out = weight.dims()[1];
-    let x = x.reshape([b * s, d_in]);
-    let y = match few_rows_chunk(&x, d_out) {
-        Some(chunk) => matmul_column_chunks(x, weight, chunk),
-        None => x.matmul(weight),
-    };
+    let y = x.reshape([b * s, d_in]).matmul(weight);
     let y = match bias {
         Some(bias) => y + bias.reshape([1, d_out]),
         None => y,
     };
     y.reshape([b, s, d_out])
-}
-
-/// burn-flex 0.22.1 (`ops/matmul.rs::get_parallelism`) sends every product with
-/// `m·n·k ≥ 192³` to gemm's rayon path.
-const FLEX_PARALLEL_OPS: usize = 192 * 192 * 192;
-/// Row counts up to this are "decode-sized" (one new token per sequence).
-const FEW_ROWS: usize = 32;
-
-/// Column-chunk width for [`matmul_column_chunks`], or `None` to use one plain matmul.
-///
-/// Why: a decode step multiplies only `B` rows (8 in the PPO rollout) by each weight, a
-/// weight-streaming product that flex still hands to gemm's rayon path; with the batch that
-/// small, gemm's parallel split costs more than it saves and, when the two cores are shared
-/// with another process, its threads wait on each other (measured `[8,768]·[768,2304]`: 0.5 ms
-/// idle but 1.5–4.5 ms under load, against 0.2 ms per sequential `768×768` block). Splitting
-/// the columns into blocks below flex's parallel threshold keeps every gemm call sequential,
-/// and the blocks are shared out to one thread per core ([`matmul_column_chunks`]).
-/// Only on flex and only without autodiff (generation runs on the inner device).
-fn few_rows_chunk(x: &Tensor<2>, d_out: usize) -> Option<usize> {
-    let [m, k] = x.dims();
-    if m == 0 || m > FEW_ROWS || m * k * d_out < FLEX_PARALLEL_OPS || x.is_autodiff() {
-        return None;
-    }
-    // widest multiple of 64 columns whose block stays under the threshold
-    let chunk = (FLEX_PARALLEL_OPS - 1) / (m * k) / 64 * 64;
-    if chunk < 128 || !is_flex(&x.device()) || std::env::var_os("ZZ_NO_CHUNK").is_some() {
-        return None;
-    }
-    Some(chunk)
-}
-
-fn is_flex(device: &Device) -> bool {
-    format!("{device:?}").contains("Flex")
-}
-
-/// `x·w` computed as `⌈n / chunk⌉` column blocks `x·w[:, j..j+chunk]` (strided views of `w`,
-/// no copy), claimed one at a time by one scoped thread per available core, then concatenated.
-fn matmul_column_chunks(x: Tensor<2>, w: Tensor<2>, chunk: usize) -> Tensor<2> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let n = w.dims()[1];
-    let starts: Vec<usize> = (0..n).step_by(chunk).collect();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |p| p.get())
-        .min(starts.len());
-    let next = AtomicUsize::new(0);
-    let work = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&s) = starts.get(i) else { break };
-            let block = w.clone().narrow(1, s, chunk.min(n - s));
-            done.push((i, x.clone().matmul(block)));
-        }
-        done
-    };
-    let mut blocks: Vec<(usize, Tensor<2>)> = std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-        let mut all = work();
-        for h in helpers {
-            all.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-        }
-        all
-    });
-    blocks.sort_by_key(|(i, _)| *i);
-    Tensor::cat(blocks.into_iter().map(|(_, t)| t).collect(), 1)
 }
 
 /// [`dense`] through a burn `Linear` (its weight is `[in, out]`; LoRA adapters included).
