@@ -5,7 +5,6 @@
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -18,31 +17,19 @@ use lmrl_models::{
 };
 use lmrl_rewards::gsm8k::{check_answer, cut_continuation, extract_response_answer};
 use lmrl_rl::cory::EnvError;
-use lmrl_rl::ppo::{PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
-use lmrl_runs::{CheckpointDir, MetricRow, MetricsLog, SamplesLog, atomic_write, write_toml};
+use lmrl_runs::{
+    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, POLICY, SamplesLog, atomic_write,
+    metric_row, write_toml,
+};
 use serde::Serialize;
 
 use crate::cli::TrainArgs;
 use crate::config::{Algo, RunConfig};
 use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
 use crate::setup::{self, Split, Task};
-use crate::state::{AgentState, DataOrder, STATE_FILE, STATE_FORMAT, TrainState, mix, stream};
-
-/// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-fn install_ctrlc() {
-    let _ = ctrlc::set_handler(|| {
-        if INTERRUPTED.swap(true, Ordering::SeqCst) {
-            eprintln!("\nsecond Ctrl-C: stopping now; the last complete checkpoint is intact");
-            std::process::exit(130);
-        }
-        eprintln!(
-            "\nCtrl-C: finishing this iteration, then checkpointing (Ctrl-C again to quit now)"
-        );
-    });
-}
+use crate::state::{DataOrder, mix, stream};
 
 /// `config.toml` of a run directory.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -61,7 +48,7 @@ pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    install_ctrlc();
+    lmrl_runs::install_ctrlc();
     Ok(
         match train(&cfg, &out, resume, args.cache_dir.as_deref())? {
             Outcome::Finished => ExitCode::SUCCESS,
@@ -120,31 +107,10 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// Checkpoint subdirectory of the PPO policy.
-const POLICY: &str = "policy";
-
 /// LoRA runs only: burn's record of the whole adapted policy with its value head (frozen base,
 /// adapter factors A and B), next to the merged Hugging Face weights. The merged weights alone
 /// cannot give the adapters back, and exact resume needs them.
 pub const LORA_FILE: &str = "lora_model.bpk";
-
-/// What is trained: one PPO policy, or the two CORY LLMs in [`CoryTrainer`].
-enum Learner {
-    Ppo(Box<PpoAgent>),
-    Cory(Box<CoryTrainer>),
-}
-
-impl Learner {
-    /// Every trained copy by name, sorted (`policy`, or `llm1`, `llm2`).
-    fn copies(&self) -> Vec<(&'static str, &PpoAgent)> {
-        match self {
-            Learner::Ppo(a) => vec![(POLICY, a.as_ref())],
-            Learner::Cory(t) => (0..2)
-                .map(|i| (CoryTrainer::llm_name(i), t.llm(i)))
-                .collect(),
-        }
-    }
-}
 
 /// Everything the loop needs that does not change.
 struct Env {
@@ -212,27 +178,7 @@ pub fn train(
     resume: bool,
     cache_dir: Option<&Path>,
 ) -> Result<Outcome> {
-    let ckpts = CheckpointDir::new(out.join("checkpoints"));
-    let latest = if resume {
-        let l = ckpts.latest()?;
-        if l.is_none() {
-            bail!(
-                "{} has no checkpoint to resume from (runs checkpoint every {} iterations)",
-                out.display(),
-                cfg.checkpoint_every
-            );
-        }
-        l
-    } else {
-        if out.join("metrics.csv").exists() || ckpts.latest()?.is_some() {
-            bail!(
-                "{} already holds a run: continue it with --resume {}, or choose another --out",
-                out.display(),
-                out.display()
-            );
-        }
-        None
-    };
+    let (ckpts, latest) = lmrl_runs::open_run(out, resume, cfg.checkpoint_every)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_toml(&out.join(CONFIG_FILE), cfg)?;
 
@@ -319,23 +265,10 @@ pub fn train(
     let (mut learner, start) = match &latest {
         None => {
             let agent = || -> Result<PpoAgent> {
-                let lm = with_lora(&env, base.clone())?;
-                let model = LmWithValueHead::new(lm, &train_device);
+                let model = LmWithValueHead::new(with_lora(&env, base.clone())?, &train_device);
                 Ok(PpoAgent::new(model, ppo.clone(), &train_device)?)
             };
-            let learner = match cfg.algo {
-                Algo::Ppo => Learner::Ppo(Box::new(agent()?)),
-                Algo::Cory => {
-                    let (llm1, llm2) = (agent()?, agent()?);
-                    Learner::Cory(Box::new(CoryTrainer::new(
-                        llm1,
-                        llm2,
-                        env.reference.clone(),
-                        cory_config(cfg),
-                    )))
-                }
-            };
-            (learner, 0)
+            (Learner::fresh(learner_kind(&env), agent)?, 0)
         }
         Some((_, dir)) => restore(&env, &base, dir)?,
     };
@@ -380,7 +313,7 @@ pub fn train(
         }
         eprintln!("{line} {secs:.1} s");
         let done = it + 1;
-        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+        let interrupted = lmrl_runs::interrupted();
         if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
@@ -545,101 +478,43 @@ fn load_weights(env: &Env, base: &CausalLm, d: &Path) -> Result<LmWithValueHead>
         .map_err(|e| anyhow!("cannot load the LoRA policy {}: {e:?}", f.display()))
 }
 
-/// Writes checkpoint `done`: per copy its weights ([`save_weights`]) and training state
-/// (`lmrl_rl`'s `optimizer.bpk` + `trainer_state.toml`: Adam moments, β controller, running
-/// score moments, step and minibatch-RNG counters); for CORY also the trainer's
-/// `cory_state.toml` (roles, iteration counter); and the app's `state.toml`.
+/// Writes checkpoint `done` ([`Learner::save_checkpoint`]): per copy its weights
+/// ([`save_weights`]) and training state, for CORY the trainer's `cory_state.toml`, and the
+/// app's `state.toml`.
 fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: usize) -> Result<()> {
-    let names: Vec<String> = match learner {
-        Learner::Ppo(_) => vec![POLICY.into()],
-        Learner::Cory(t) => {
-            let p = if t.role_of(0) == Role::Pioneer { 0 } else { 1 };
-            vec![
-                CoryTrainer::llm_name(p).into(),
-                CoryTrainer::llm_name(1 - p).into(),
-            ]
-        }
-    };
-    let state = TrainState {
-        format: STATE_FORMAT,
-        algo: env.cfg.algo,
-        seed: env.cfg.seed,
-        completed_iterations: done,
-        agents: names.into_iter().map(|name| AgentState { name }).collect(),
-    };
-    ckpts.save(done, |dir| {
-        match learner {
-            Learner::Ppo(agent) => {
-                let d = dir.join(POLICY);
-                save_weights(env, agent, &d)?;
-                agent.save_state(&d)?;
-            }
-            Learner::Cory(t) => {
-                for i in 0..2 {
-                    save_weights(env, t.llm(i), &dir.join(CoryTrainer::llm_name(i)))?;
-                }
-                t.save_state(dir)?;
-            }
-        }
-        std::fs::write(dir.join(STATE_FILE), toml::to_string(&state)?)?;
-        Ok(())
-    })?;
-    ckpts.prune(env.cfg.keep_checkpoints)?;
+    learner.save_checkpoint(
+        ckpts,
+        (&env.cfg.algo, env.cfg.seed),
+        done,
+        env.cfg.keep_checkpoints,
+        |agent, d| save_weights(env, agent, d).map_err(Into::into),
+    )?;
     Ok(())
 }
 
-/// Rebuilds the learner from a checkpoint exactly: weights (LoRA: base + saved adapters),
-/// value heads, Adam moments, β, running score moments, step counters, roles and the CORY
-/// iteration counter. `base` is the run's base model (LoRA runs rebuild on it).
-fn restore(env: &Env, base: &CausalLm, dir: &Path) -> Result<(Learner, usize)> {
-    let path = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let state: TrainState = toml::from_str(&text)
-        .with_context(|| format!("invalid checkpoint state {}", path.display()))?;
-    if state.format != STATE_FORMAT || state.algo != env.cfg.algo || state.seed != env.cfg.seed {
-        bail!(
-            "{} does not belong to this run (format {}, algo {:?}, seed {}; this build resumes \
-             format {STATE_FORMAT})",
-            path.display(),
-            state.format,
-            state.algo,
-            state.seed
-        );
+/// What this run trains, with what a CORY trainer is built from.
+fn learner_kind(env: &Env) -> LearnerKind {
+    match env.cfg.algo {
+        Algo::Ppo => LearnerKind::Ppo,
+        Algo::Cory => LearnerKind::Cory {
+            config: cory_config(&env.cfg),
+            reference: Box::new(env.reference.clone()),
+        },
     }
-    let agent = |name: &str| -> Result<PpoAgent> {
-        let model = load_weights(env, base, &dir.join(name))?;
-        Ok(PpoAgent::new(model, env.ppo.clone(), &env.train_device)?)
-    };
-    let learner = match env.cfg.algo {
-        Algo::Ppo => {
-            let mut a = agent(POLICY)?;
-            let d = dir.join(POLICY);
-            a.load_state(&d)
-                .with_context(|| format!("cannot restore the training state in {}", d.display()))?;
-            Learner::Ppo(Box::new(a))
-        }
-        Algo::Cory => {
-            let (llm1, llm2) = (
-                agent(CoryTrainer::llm_name(0))?,
-                agent(CoryTrainer::llm_name(1))?,
-            );
-            let mut t = CoryTrainer::new(llm1, llm2, env.reference.clone(), cory_config(&env.cfg));
-            t.load_state(dir)
-                .with_context(|| format!("cannot restore the CORY state in {}", dir.display()))?;
-            if t.iterations() != state.completed_iterations {
-                bail!(
-                    "{} says {} iterations, {} says {}",
-                    path.display(),
-                    state.completed_iterations,
-                    dir.join(lmrl_rl::cory::CORY_STATE_FILE).display(),
-                    t.iterations()
-                );
-            }
-            Learner::Cory(Box::new(t))
-        }
-    };
-    Ok((learner, state.completed_iterations))
+}
+
+/// Rebuilds the learner from a checkpoint exactly ([`Learner::restore`]); `base` is the run's
+/// base model (LoRA runs rebuild on it).
+fn restore(env: &Env, base: &CausalLm, dir: &Path) -> Result<(Learner, usize)> {
+    let kind = learner_kind(env);
+    Ok(Learner::restore(
+        dir,
+        (&env.cfg.algo, env.cfg.seed),
+        kind,
+        &env.ppo,
+        &env.train_device,
+        |d| load_weights(env, base, d).map_err(Into::into),
+    )?)
 }
 
 /// The sampler settings of a generation call: pure sampling at the configured temperature, as
@@ -701,29 +576,6 @@ fn rewards(batch: &[&Task], texts: &[String], it: usize) -> Result<Vec<f32>> {
 
 fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
-}
-
-fn row(it: usize, name: &str, role: &str, own: &[f32], s: &PpoStats) -> MetricRow {
-    let task = mean(own);
-    let kl = f64::from(s.objective_kl);
-    MetricRow {
-        iteration: it,
-        agent: name.into(),
-        role: role.into(),
-        task_reward: task,
-        kl,
-        beta: s.objective_kl_coef,
-        combined_reward: task - s.objective_kl_coef * kl,
-        policy_loss: f64::from(s.train.loss_policy),
-        value_loss: f64::from(s.train.loss_value),
-        entropy: f64::from(s.train.policy_entropy),
-        approxkl: f64::from(s.train.policy_approxkl),
-        clipfrac: f64::from(s.train.policy_clipfrac),
-        response_len: f64::from(s.responses_len_mean),
-        pioneer_task_reward: task,
-        pioneer_kl: kl,
-        seconds: 0.0,
-    }
 }
 
 #[derive(Serialize)]
@@ -794,7 +646,14 @@ fn ppo_iteration(
     let stats = agent
         .step(&q, &y, &r, &env.reference)
         .with_context(|| format!("PPO step of {POLICY} failed on iteration {it}"))?;
-    Ok(vec![row(it, POLICY, "policy", &r, &stats)])
+    Ok(vec![metric_row(
+        it,
+        POLICY,
+        "policy",
+        mean(&r),
+        &stats,
+        None,
+    )])
 }
 
 /// **[assume]** The observer's reference: the pioneer's answer (special tokens already
@@ -968,7 +827,7 @@ fn cory_iteration(
                 Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
                 Role::Observer => (&t.observer_rewards, "observer"),
             };
-            row(it, m.llm, role, own, &m.ppo)
+            metric_row(it, m.llm, role, mean(own), &m.ppo, None)
         })
         .collect())
 }

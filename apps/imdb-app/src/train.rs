@@ -4,7 +4,6 @@
 //! template and reward, and the bookkeeping.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -15,16 +14,19 @@ use lmrl_data::{ImdbPrompt, imdb_observer_prompt};
 use lmrl_models::{GenerationConfig, LmTokenizer, LmWithValueHead, Sampling, load_causal_lm};
 use lmrl_rewards::Reward;
 use lmrl_rl::cory::EnvError;
-use lmrl_rl::ppo::{PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
-use lmrl_runs::{CheckpointDir, MetricRow, MetricsLog, SamplesLog, atomic_write, write_toml};
+use lmrl_runs::{
+    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, POLICY, SamplesLog, atomic_write,
+    metric_row, write_toml,
+};
 use rand::Rng;
 use serde::Serialize;
 
 use crate::cli::TrainArgs;
 use crate::config::{Algo, RunConfig};
 use crate::setup;
-use crate::state::{AgentState, DataOrder, STATE_FILE, STATE_FORMAT, TrainState, iter_rng, stream};
+use crate::state::{DataOrder, iter_rng, stream};
 
 thread_local! {
     /// Seconds spent in (generation, scoring, optimisation) during the current iteration.
@@ -36,22 +38,6 @@ fn add_phase(i: usize, secs: f64) {
         let mut v = p.get();
         v[i] += secs;
         p.set(v);
-    });
-}
-
-/// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-fn install_ctrlc() {
-    // A second call (sweep) fails harmlessly: the handler is already there.
-    let _ = ctrlc::set_handler(|| {
-        if INTERRUPTED.swap(true, Ordering::SeqCst) {
-            eprintln!("\nsecond Ctrl-C: stopping now; the last complete checkpoint is intact");
-            std::process::exit(130);
-        }
-        eprintln!(
-            "\nCtrl-C: finishing this iteration, then checkpointing (Ctrl-C again to quit now)"
-        );
     });
 }
 
@@ -70,7 +56,7 @@ pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    install_ctrlc();
+    lmrl_runs::install_ctrlc();
     let outcome = train(&cfg, &out, resume, args.cache_dir.as_deref())?;
     Ok(match outcome {
         Outcome::Finished => ExitCode::SUCCESS,
@@ -131,15 +117,6 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// Checkpoint subdirectory of the PPO policy.
-const POLICY: &str = "policy";
-
-/// What is trained: one PPO policy, or the two CORY LLMs in [`CoryTrainer`].
-enum Learner {
-    Ppo(Box<PpoAgent>),
-    Cory(Box<CoryTrainer>),
-}
-
 /// Everything the loop needs that does not change.
 struct Env {
     cfg: RunConfig,
@@ -191,27 +168,7 @@ pub fn train(
     resume: bool,
     cache_dir: Option<&Path>,
 ) -> Result<Outcome> {
-    let ckpts = CheckpointDir::new(out.join("checkpoints"));
-    let latest = if resume {
-        let l = ckpts.latest()?;
-        if l.is_none() {
-            bail!(
-                "{} has no checkpoint to resume from (runs checkpoint every {} iterations)",
-                out.display(),
-                cfg.checkpoint_every
-            );
-        }
-        l
-    } else {
-        if out.join("metrics.csv").exists() || ckpts.latest()?.is_some() {
-            bail!(
-                "{} already holds a run: continue it with --resume {}, or choose another --out",
-                out.display(),
-                out.display()
-            );
-        }
-        None
-    };
+    let (ckpts, latest) = lmrl_runs::open_run(out, resume, cfg.checkpoint_every)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_toml(&out.join(CONFIG_FILE), cfg)?;
 
@@ -258,19 +215,7 @@ pub fn train(
                 let model = LmWithValueHead::new(lm.clone(), &train_device);
                 Ok(PpoAgent::new(model, ppo.clone(), &train_device)?)
             };
-            let learner = match cfg.algo {
-                Algo::Ppo => Learner::Ppo(Box::new(agent()?)),
-                Algo::Cory => {
-                    let (llm1, llm2) = (agent()?, agent()?);
-                    Learner::Cory(Box::new(CoryTrainer::new(
-                        llm1,
-                        llm2,
-                        env.reference.clone(),
-                        cory_config(cfg),
-                    )))
-                }
-            };
-            (learner, 0)
+            (Learner::fresh(learner_kind(&env), agent)?, 0)
         }
         Some((_, dir)) => restore(&env, dir)?,
     };
@@ -316,7 +261,7 @@ pub fn train(
         let [g, sc, o] = PHASES.with(|p| p.get());
         eprintln!("{line} {secs:.1} s (generate {g:.1}, score {sc:.2}, optimise {o:.1})");
         let done = it + 1;
-        let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+        let interrupted = lmrl_runs::interrupted();
         if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
@@ -378,97 +323,48 @@ fn finish(out: &Path, cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
-/// Writes checkpoint `done`: per copy its HF-format weights, value head, tokenizer and
-/// training state (`lmrl_rl`'s `optimizer.bpk` + `trainer_state.toml`); for CORY also the
-/// trainer's `cory_state.toml`; and the app's `state.toml`.
+/// Writes checkpoint `done` ([`Learner::save_checkpoint`]): per copy its HF-format weights,
+/// value head and tokenizer, plus `lmrl_rl`'s training state and the app's `state.toml`.
 fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: usize) -> Result<()> {
-    let names: Vec<String> = match learner {
-        Learner::Ppo(_) => vec![POLICY.into()],
-        Learner::Cory(t) => {
-            let p = if t.role_of(0) == Role::Pioneer { 0 } else { 1 };
-            vec![
-                CoryTrainer::llm_name(p).into(),
-                CoryTrainer::llm_name(1 - p).into(),
-            ]
-        }
-    };
-    let state = TrainState {
-        format: STATE_FORMAT,
-        algo: env.cfg.algo,
-        seed: env.cfg.seed,
-        completed_iterations: done,
-        agents: names.into_iter().map(|name| AgentState { name }).collect(),
-    };
     let bar = spinner(format!("checkpoint {done}"));
-    ckpts.save(done, |dir| {
-        match learner {
-            Learner::Ppo(agent) => {
-                let d = dir.join(POLICY);
-                agent.save(&d)?;
-                env.tok.save(&d)?;
-            }
-            Learner::Cory(t) => {
-                t.save(dir)?;
-                for i in 0..2 {
-                    env.tok.save(&dir.join(CoryTrainer::llm_name(i)))?;
-                }
-            }
-        }
-        std::fs::write(dir.join(STATE_FILE), toml::to_string_pretty(&state)?)?;
-        Ok(())
-    })?;
-    ckpts.prune(env.cfg.keep_checkpoints)?;
+    learner.save_checkpoint(
+        ckpts,
+        (&env.cfg.algo, env.cfg.seed),
+        done,
+        env.cfg.keep_checkpoints,
+        |agent, d| {
+            agent.model().save_pretrained(d)?;
+            env.tok.save(d)?;
+            Ok(())
+        },
+    )?;
     bar.finish_and_clear();
     Ok(())
 }
 
-/// Rebuilds the learner from a checkpoint exactly: weights, value heads, Adam moments, β,
-/// running score moments, step counters, roles and the CORY iteration counter.
-fn restore(env: &Env, dir: &Path) -> Result<(Learner, usize)> {
-    let path = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let state: TrainState = toml::from_str(&text)
-        .with_context(|| format!("invalid checkpoint state {}", path.display()))?;
-    if state.format != STATE_FORMAT || state.algo != env.cfg.algo || state.seed != env.cfg.seed {
-        bail!(
-            "{} does not belong to this run (format {}, algo {:?}, seed {})",
-            path.display(),
-            state.format,
-            state.algo,
-            state.seed
-        );
+/// What this run trains, with what a CORY trainer is built from.
+fn learner_kind(env: &Env) -> LearnerKind {
+    match env.cfg.algo {
+        Algo::Ppo => LearnerKind::Ppo,
+        Algo::Cory => LearnerKind::Cory {
+            config: cory_config(&env.cfg),
+            reference: Box::new(env.reference.clone()),
+        },
     }
-    let learner = match env.cfg.algo {
-        Algo::Ppo => {
-            let d = dir.join(POLICY);
-            Learner::Ppo(Box::new(
-                PpoAgent::load(&d, env.ppo.clone(), &env.train_device)
-                    .with_context(|| format!("cannot restore {}", d.display()))?,
-            ))
-        }
-        Algo::Cory => {
-            let t = CoryTrainer::load(
-                dir,
-                &env.ppo,
-                env.reference.clone(),
-                cory_config(&env.cfg),
-                &env.train_device,
-            )
-            .with_context(|| format!("cannot restore {}", dir.display()))?;
-            if t.iterations() != state.completed_iterations {
-                bail!(
-                    "{} says {} iterations, {} says {}",
-                    path.display(),
-                    state.completed_iterations,
-                    dir.join(lmrl_rl::cory::CORY_STATE_FILE).display(),
-                    t.iterations()
-                );
-            }
-            Learner::Cory(Box::new(t))
-        }
-    };
-    Ok((learner, state.completed_iterations))
+}
+
+/// Rebuilds the learner from a checkpoint exactly ([`Learner::restore`]).
+fn restore(env: &Env, dir: &Path) -> Result<(Learner, usize)> {
+    let kind = learner_kind(env);
+    let dev = &env.train_device;
+    Ok(Learner::restore(
+        dir,
+        (&env.cfg.algo, env.cfg.seed),
+        kind,
+        &env.ppo,
+        dev,
+        |d| Ok(LmWithValueHead::load(d, true, dev)?),
+    )?)
 }
 
 fn bar(len: usize, what: String) -> ProgressBar {
@@ -553,38 +449,6 @@ fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// One metrics row. `task` is the batch mean of r(q, y) of the agent's own responses;
-/// `pioneer` its (reward, KL) answering the plain query, when measured separately.
-fn row(
-    it: usize,
-    name: &str,
-    role: &str,
-    task: f64,
-    s: &PpoStats,
-    pioneer: Option<(f64, f64)>,
-) -> MetricRow {
-    let kl = f64::from(s.objective_kl);
-    let (ptr, pkl) = pioneer.unwrap_or((task, kl));
-    MetricRow {
-        iteration: it,
-        agent: name.into(),
-        role: role.into(),
-        task_reward: task,
-        kl,
-        beta: s.objective_kl_coef,
-        combined_reward: task - s.objective_kl_coef * kl,
-        policy_loss: f64::from(s.train.loss_policy),
-        value_loss: f64::from(s.train.loss_value),
-        entropy: f64::from(s.train.policy_entropy),
-        approxkl: f64::from(s.train.policy_approxkl),
-        clipfrac: f64::from(s.train.policy_clipfrac),
-        response_len: f64::from(s.responses_len_mean),
-        pioneer_task_reward: ptr,
-        pioneer_kl: pkl,
-        seconds: 0.0,
-    }
-}
-
 #[derive(Serialize)]
 struct Sample<'a> {
     iteration: usize,
@@ -658,7 +522,7 @@ fn ppo_iteration(
         .with_context(|| format!("PPO step failed on iteration {it}"));
     b.finish_and_clear();
     add_phase(2, t0.elapsed().as_secs_f64());
-    Ok(vec![row(
+    Ok(vec![metric_row(
         it,
         POLICY,
         "policy",
@@ -784,7 +648,7 @@ fn cory_iteration(
                 .zip(m.query_only_kl)
                 .filter(|_| m.role == Role::Observer)
                 .map(|(r, k)| (f64::from(r), f64::from(k)));
-            row(it, m.llm, role, mean(own), &m.ppo, plain)
+            metric_row(it, m.llm, role, mean(own), &m.ppo, plain)
         })
         .collect())
 }

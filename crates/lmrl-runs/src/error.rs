@@ -13,6 +13,17 @@ pub enum RunError {
     Format { path: PathBuf, reason: String },
     #[error("cannot write checkpoint {path}: {reason}")]
     Checkpoint { path: PathBuf, reason: String },
+    /// A checkpoint that cannot be resumed: not this run's, or inconsistent.
+    #[error("{path} {reason}")]
+    Resume { path: PathBuf, reason: String },
+    /// A learner's weights or training state could not be read back from `path`.
+    #[error("cannot restore {what} in {path}")]
+    Restore {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: crate::checkpoint::FillError,
+    },
     #[error("cannot draw {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
 }

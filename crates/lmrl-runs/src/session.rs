@@ -1,0 +1,100 @@
+//! Starting, resuming and stopping a training run the same way in every app: the run
+//! directory's checkpoints decide whether `--resume` has something to continue (and a fresh run
+//! refuses to overwrite an earlier one), and the first Ctrl-C asks the loop to stop after the
+//! current iteration, with a checkpoint, so the run can be resumed exactly.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::checkpoint::CheckpointDir;
+use crate::error::{Result, RunError};
+
+/// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the Ctrl-C handler: the first Ctrl-C sets [`interrupted`], the second exits with
+/// status 130 at once (the last complete checkpoint is intact: checkpoints are written into a
+/// temporary directory and renamed).
+pub fn install_ctrlc() {
+    // A second call (sweep) fails harmlessly: the handler is already there.
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            eprintln!("\nsecond Ctrl-C: stopping now; the last complete checkpoint is intact");
+            std::process::exit(130);
+        }
+        eprintln!(
+            "\nCtrl-C: finishing this iteration, then checkpointing (Ctrl-C again to quit now)"
+        );
+    });
+}
+
+/// Whether Ctrl-C has asked the run to stop after the current iteration.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// The checkpoints of run directory `out` and, when `resume`, the newest one to continue from.
+/// A resume without a checkpoint, and a fresh run into a directory that already holds one
+/// (metrics or checkpoints), are refused naming `out`.
+pub fn open_run(
+    out: &Path,
+    resume: bool,
+    checkpoint_every: usize,
+) -> Result<(CheckpointDir, Option<(usize, PathBuf)>)> {
+    let ckpts = CheckpointDir::new(out.join("checkpoints"));
+    let latest = if resume {
+        let l = ckpts.latest()?;
+        if l.is_none() {
+            return Err(RunError::Resume {
+                path: out.to_path_buf(),
+                reason: format!(
+                    "has no checkpoint to resume from (runs checkpoint every {checkpoint_every} \
+                     iterations)"
+                ),
+            });
+        }
+        l
+    } else {
+        if out.join("metrics.csv").exists() || ckpts.latest()?.is_some() {
+            return Err(RunError::Resume {
+                path: out.to_path_buf(),
+                reason: format!(
+                    "already holds a run: continue it with --resume {}, or choose another --out",
+                    out.display()
+                ),
+            });
+        }
+        None
+    };
+    Ok((ckpts, latest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resume_needs_a_checkpoint_and_a_fresh_run_an_empty_directory() {
+        let out = std::env::temp_dir().join(format!("lmrl-runs-session-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let err = open_run(&out, true, 5).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{} has no checkpoint to resume from (runs checkpoint every 5 iterations)",
+                out.display()
+            )
+        );
+        let (ckpts, latest) = open_run(&out, false, 5).unwrap();
+        assert!(latest.is_none());
+        ckpts.save(3, |_| Ok(())).unwrap();
+        let (_, latest) = open_run(&out, true, 5).unwrap();
+        assert_eq!(latest.map(|(n, _)| n), Some(3));
+        let err = open_run(&out, false, 5).unwrap_err().to_string();
+        assert!(
+            err.contains("already holds a run: continue it with --resume"),
+            "{err}"
+        );
+        assert!(!interrupted());
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
