@@ -78,6 +78,12 @@ pub struct TrainArgs {
     /// Keep β fixed at `--init-kl-coef` (no adaptive controller).
     #[arg(long)]
     pub fixed_kl: bool,
+    /// Weight of the value loss (TRL `vf_coef`); the value head shares the policy's trunk.
+    #[arg(long)]
+    pub vf_coef: Option<f64>,
+    /// How the value head starts: `default` (TRL: PyTorch's uniform init) or `zeros`.
+    #[arg(long, value_parser = parse_head_init)]
+    pub value_head_init: Option<lmrl_models::ValueHeadInit>,
     /// CORY: exchange pioneer and observer roles every this many iterations.
     #[arg(long)]
     pub swap_period: Option<usize>,
@@ -143,6 +149,8 @@ impl TrainArgs {
         flag(self.init_kl_coef.is_some(), "--init-kl-coef");
         flag(self.target_kl.is_some(), "--target-kl");
         flag(self.fixed_kl, "--fixed-kl");
+        flag(self.vf_coef.is_some(), "--vf-coef");
+        flag(self.value_head_init.is_some(), "--value-head-init");
         flag(self.swap_period.is_some(), "--swap-period");
         flag(self.seed.is_some(), "--seed");
         flag(self.response_tokens_min.is_some(), "--response-tokens-min");
@@ -169,6 +177,8 @@ impl TrainArgs {
             lr,
             init_kl_coef,
             swap_period,
+            vf_coef,
+            value_head_init,
             seed,
             checkpoint_every,
             samples_every,
@@ -193,6 +203,14 @@ impl TrainArgs {
         if self.pioneer_format_metrics {
             cfg.pioneer_format_metrics = true;
         }
+    }
+}
+
+fn parse_head_init(s: &str) -> Result<lmrl_models::ValueHeadInit, String> {
+    match s {
+        "default" => Ok(lmrl_models::ValueHeadInit::Default),
+        "zeros" => Ok(lmrl_models::ValueHeadInit::Zeros),
+        _ => Err(format!("expected `default` or `zeros`, got `{s}`")),
     }
 }
 

@@ -46,6 +46,11 @@ pub struct RunConfig {
     /// CORY (`cory.py`), off for PPO (`ppo.py`). Always set in the resolved `config.toml`.
     pub score_norm: Option<bool>,
     pub max_grad_norm: Option<f64>,
+    /// Weight of the value loss in TRL's `loss = pg_loss + vf_coef · vf_loss`. The value head
+    /// shares the policy's trunk, so this sets how much value fitting moves the policy.
+    pub vf_coef: f64,
+    /// How the value head starts: `default` (TRL: PyTorch's U(±1/√H)) or `zeros`.
+    pub value_head_init: lmrl_models::ValueHeadInit,
     /// CORY: exchange roles every this many iterations.
     pub swap_period: usize,
     /// CORY: reset optimiser, KL controller and score normaliser at every swap, as the
@@ -93,6 +98,8 @@ impl Default for RunConfig {
             repetition_penalty: 1.0,
             score_norm: None,
             max_grad_norm: None,
+            vf_coef: 0.1,
+            value_head_init: lmrl_models::ValueHeadInit::Default,
             swap_period: 5,
             reset_state_on_swap: false,
             seed: 0,
@@ -168,6 +175,12 @@ impl RunConfig {
         }
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             return err("lr", format!("must be a positive number, got {}", self.lr));
+        }
+        if !(self.vf_coef >= 0.0 && self.vf_coef.is_finite()) {
+            return err(
+                "vf_coef",
+                format!("must be a number ≥ 0, got {}", self.vf_coef),
+            );
         }
         if self.init_kl_coef.is_nan() || self.init_kl_coef < 0.0 {
             return err("init_kl_coef", "must be ≥ 0".into());

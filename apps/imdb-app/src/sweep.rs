@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use lmrl_runs::{FrontierPoint, atomic_write, plot_frontier, read_rows};
+use lmrl_runs::{
+    CurveGroup, FrontierPoint, MetricRow, atomic_write, plot_curves, plot_frontier, read_rows,
+};
 
 use crate::cli::{SweepArgs, TrainArgs};
 use crate::config::Algo;
@@ -42,6 +44,44 @@ fn tail_point(dir: &Path, tail: usize) -> Result<(f64, f64)> {
     ))
 }
 
+/// The quantities drawn against iteration for every setting of the sweep.
+const CURVES: [(&str, &str, fn(&MetricRow) -> f64); 3] = [
+    ("curves_task_reward", "task reward", |r| r.task_reward),
+    ("curves_kl", "KL (nats)", |r| r.kl),
+    ("curves_combined_reward", "task reward − β·KL", |r| {
+        r.combined_reward
+    }),
+];
+
+/// Adds one run's rows to the curve groups, one group per setting and trained copy
+/// (`ppo`, or `cory llm1` / `cory llm2`, with β₀ when the sweep has several).
+fn add_curves(groups: &mut [Vec<CurveGroup>; 3], setting: &str, rows: &[MetricRow]) {
+    let mut agents: Vec<&str> = rows.iter().map(|r| r.agent.as_str()).collect();
+    agents.sort();
+    agents.dedup();
+    for agent in agents {
+        let label = if agent == lmrl_runs::POLICY {
+            setting.to_string()
+        } else {
+            format!("{setting} {agent}")
+        };
+        for (k, (_, _, pick)) in CURVES.iter().enumerate() {
+            let run: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.agent == agent)
+                .map(|r| (r.iteration as f64, pick(r)))
+                .collect();
+            match groups[k].iter_mut().find(|g| g.label == label) {
+                Some(g) => g.runs.push(run),
+                None => groups[k].push(CurveGroup {
+                    label: label.clone(),
+                    runs: vec![run],
+                }),
+            }
+        }
+    }
+}
+
 fn mean_std(xs: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
     let m = xs.iter().sum::<f64>() / n;
@@ -63,6 +103,7 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
     let root = c.out.clone().unwrap_or_else(|| PathBuf::from("runs/sweep"));
     std::fs::create_dir_all(&root)?;
     let mut points = Vec::new();
+    let mut curves: [Vec<CurveGroup>; 3] = Default::default();
     let mut csv = String::from("algo,init_kl_coef,seeds,reward_mean,reward_std,kl_mean,kl_std\n");
     for &algo in &args.algos {
         for &kl in &args.init_kl_coefs {
@@ -95,6 +136,12 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
                         }
                     }
                 }
+                let setting = if args.init_kl_coefs.len() > 1 {
+                    format!("{} β₀={kl}", algo_name(algo))
+                } else {
+                    algo_name(algo).to_string()
+                };
+                add_curves(&mut curves, &setting, &read_rows(&dir.join("metrics.csv"))?);
                 let (r, k) = tail_point(&dir, args.tail)?;
                 rewards.push(r);
                 kls.push(k);
@@ -117,6 +164,9 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
     }
     atomic_write(&root.join("frontier.csv"), csv.as_bytes())?;
     plot_frontier(&points, &root, "frontier")?;
+    for (k, (name, ylabel, _)) in CURVES.iter().enumerate() {
+        plot_curves(&curves[k], &root, name, ylabel)?;
+    }
     eprintln!("sweep done: {}/frontier.png", root.display());
     Ok(ExitCode::SUCCESS)
 }

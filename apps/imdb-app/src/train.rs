@@ -145,6 +145,7 @@ pub fn ppo_config(cfg: &RunConfig) -> PpoConfig {
         use_score_scaling: cfg.score_norm(),
         use_score_norm: cfg.score_norm(),
         max_grad_norm: cfg.max_grad_norm.map(|x| x as f32),
+        vf_coef: cfg.vf_coef,
         seed: cfg.seed,
         ..PpoConfig::default()
     }
@@ -212,7 +213,8 @@ pub fn train(
     let (mut learner, start) = match &latest {
         None => {
             let agent = || -> Result<PpoAgent> {
-                let model = LmWithValueHead::new(lm.clone(), &train_device);
+                let model =
+                    LmWithValueHead::with_head_init(lm.clone(), cfg.value_head_init, &train_device);
                 Ok(PpoAgent::new(model, ppo.clone(), &train_device)?)
             };
             (Learner::fresh(learner_kind(&env), agent)?, 0)

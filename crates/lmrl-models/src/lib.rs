@@ -31,4 +31,4 @@ pub use scoring::{
 };
 pub use tensors::{RawTensor, TensorMap};
 pub use tokenizer::LmTokenizer;
-pub use value_head::{LmWithValueHead, ValueHead};
+pub use value_head::{LmWithValueHead, ValueHead, ValueHeadInit};

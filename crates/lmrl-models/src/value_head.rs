@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
 
 use crate::error::{ModelError, Result};
@@ -18,6 +18,18 @@ use crate::tensors::TensorMap;
 pub const VALUE_HEAD_FILE: &str = "value_head.safetensors";
 const WEIGHT: &str = "v_head.summary.weight";
 const BIAS: &str = "v_head.summary.bias";
+
+/// How a fresh value head starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueHeadInit {
+    /// PyTorch's `nn.Linear` default, U(±1/√H) — what TRL does (`v_head_init_strategy=None`).
+    #[default]
+    Default,
+    /// Weight and bias zero: every value starts at 0, so the first advantages are the plain
+    /// λ-returns instead of being dominated by a random head's per-token noise.
+    Zeros,
+}
 
 /// TRL `ValueHead`: `summary` maps the hidden state `[.., H]` to one value.
 #[derive(Module, Debug)]
@@ -31,6 +43,18 @@ impl ValueHead {
     pub fn new(hidden: usize, device: &Device) -> Self {
         Self {
             summary: LinearConfig::new(hidden, 1).init(device),
+        }
+    }
+
+    /// A fresh head started as `init` says.
+    pub fn with_init(hidden: usize, init: ValueHeadInit, device: &Device) -> Self {
+        match init {
+            ValueHeadInit::Default => Self::new(hidden, device),
+            ValueHeadInit::Zeros => Self {
+                summary: LinearConfig::new(hidden, 1)
+                    .with_initializer(Initializer::Zeros)
+                    .init(device),
+            },
         }
     }
 
@@ -73,6 +97,15 @@ impl LmWithValueHead {
         Self {
             lm,
             v_head: ValueHead::new(hidden, device),
+        }
+    }
+
+    /// Wraps `lm` with a fresh value head started as `init` says.
+    pub fn with_head_init(lm: CausalLm, init: ValueHeadInit, device: &Device) -> Self {
+        let hidden = lm.config().hidden_size();
+        Self {
+            lm,
+            v_head: ValueHead::with_init(hidden, init, device),
         }
     }
 
@@ -125,5 +158,24 @@ impl LmWithValueHead {
             }
         };
         Ok(Self { lm, v_head })
+    }
+}
+
+#[cfg(test)]
+mod init_tests {
+    use super::*;
+
+    #[test]
+    fn zero_init_gives_zero_values_and_default_does_not() {
+        let d = Device::flex();
+        d.seed(3);
+        let hidden =
+            Tensor::<3>::random([2, 5, 16], burn::tensor::Distribution::Normal(0.0, 1.0), &d);
+        let zeros = ValueHead::with_init(16, ValueHeadInit::Zeros, &d).forward(hidden.clone());
+        let v: Vec<f32> = zeros.into_data().to_vec().unwrap();
+        assert!(v.iter().all(|&x| x == 0.0), "{v:?}");
+        let dflt = ValueHead::with_init(16, ValueHeadInit::Default, &d).forward(hidden);
+        let v: Vec<f32> = dflt.into_data().to_vec().unwrap();
+        assert!(v.iter().any(|&x| x.abs() > 1e-3), "{v:?}");
     }
 }

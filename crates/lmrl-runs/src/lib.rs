@@ -19,6 +19,6 @@ pub use error::{Result, RunError};
 pub use files::{atomic_write, write_toml};
 pub use learner::{Learner, LearnerKind, POLICY, metric_row};
 pub use metrics::{MetricRow, MetricsLog, SamplesLog, read_rows};
-pub use plots::{FrontierPoint, plot_frontier, plot_run};
+pub use plots::{CurveGroup, FrontierPoint, mean_std_by_x, plot_curves, plot_frontier, plot_run};
 pub use run_state::{AgentState, DataOrder, STATE_FILE, STATE_FORMAT, TrainState, iter_rng, mix};
 pub use session::{install_ctrlc, interrupted, open_run};

@@ -98,6 +98,117 @@ fn draw_lines(
         .map_err(|e| plot_err(&svg, e))
 }
 
+/// The same quantity from several runs of one setting (one run per seed), to be drawn as the
+/// mean over runs with a ± one standard deviation band, as the paper's figures are.
+#[derive(Debug, Clone)]
+pub struct CurveGroup {
+    pub label: String,
+    /// One `(iteration, value)` series per run.
+    pub runs: Vec<Vec<(f64, f64)>>,
+}
+
+/// Mean and sample standard deviation over runs at every x that at least one run has.
+pub fn mean_std_by_x(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64, f64)> {
+    let mut at: BTreeMap<i64, (f64, Vec<f64>)> = BTreeMap::new();
+    for &(x, y) in runs.iter().flatten().filter(|(_, y)| y.is_finite()) {
+        // Iterations are integers; keying by the rounded millis keeps f64 x usable as a key.
+        at.entry((x * 1000.0).round() as i64)
+            .or_insert((x, Vec::new()))
+            .1
+            .push(y);
+    }
+    at.into_values()
+        .map(|(x, ys)| {
+            let n = ys.len() as f64;
+            let m = ys.iter().sum::<f64>() / n;
+            let var = if ys.len() > 1 {
+                ys.iter().map(|y| (y - m).powi(2)).sum::<f64>() / (n - 1.0)
+            } else {
+                0.0
+            };
+            (x, m, var.sqrt())
+        })
+        .collect()
+}
+
+/// Draws each group's mean against iteration with a ± std band, as `<name>.png` and `.svg`.
+pub fn plot_curves(groups: &[CurveGroup], dir: &Path, name: &str, ylabel: &str) -> Result<()> {
+    let stats: Vec<(String, Vec<(f64, f64, f64)>)> = groups
+        .iter()
+        .map(|g| (g.label.clone(), mean_std_by_x(&g.runs)))
+        .collect();
+    let png = dir.join(format!("{name}.png"));
+    let svg = dir.join(format!("{name}.svg"));
+    let title = format!("{ylabel} (mean ± std over seeds)");
+    draw_bands(
+        BitMapBackend::new(&png, SIZE).into_drawing_area(),
+        &title,
+        ylabel,
+        &stats,
+    )
+    .map_err(|e| plot_err(&png, e))?;
+    draw_bands(
+        SVGBackend::new(&svg, SIZE).into_drawing_area(),
+        &title,
+        ylabel,
+        &stats,
+    )
+    .map_err(|e| plot_err(&svg, e))
+}
+
+type Band = (String, Vec<(f64, f64, f64)>);
+
+fn draw_bands<DB: DrawingBackend>(
+    area: DrawingArea<DB, Shift>,
+    title: &str,
+    ylabel: &str,
+    stats: &[Band],
+) -> std::result::Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    area.fill(&WHITE)?;
+    let corners = stats
+        .iter()
+        .flat_map(|(_, v)| v.iter().flat_map(|&(x, m, s)| [(x, m - s), (x, m + s)]));
+    let (xr, yr) = ranges(corners);
+    let mut chart = ChartBuilder::on(&area)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xr, yr)?;
+    chart
+        .configure_mesh()
+        .x_desc("iteration")
+        .y_desc(ylabel)
+        .draw()?;
+    for (i, (label, v)) in stats.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let band: Vec<(f64, f64)> = v
+            .iter()
+            .map(|&(x, m, s)| (x, m + s))
+            .chain(v.iter().rev().map(|&(x, m, s)| (x, m - s)))
+            .collect();
+        chart.draw_series(std::iter::once(Polygon::new(band, color.mix(0.2).filled())))?;
+        let style = ShapeStyle::from(&color).filled();
+        chart
+            .draw_series(LineSeries::new(
+                v.iter().map(|&(x, m, _)| (x, m)),
+                color.stroke_width(2),
+            ))?
+            .label(label.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    area.present()?;
+    Ok(())
+}
+
 fn plot_err(path: &Path, e: Box<dyn std::error::Error>) -> RunError {
     RunError::Plot {
         path: path.to_path_buf(),
@@ -254,6 +365,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mean_and_std_over_runs_per_iteration() {
+        let runs = vec![
+            vec![(0.0, 1.0), (1.0, 2.0)],
+            vec![(0.0, 3.0), (1.0, 2.0), (2.0, 5.0)],
+        ];
+        let s = mean_std_by_x(&runs);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0], (0.0, 2.0, 2f64.sqrt()), "mean 2, sample std √2");
+        assert_eq!(s[1], (1.0, 2.0, 0.0));
+        assert_eq!(s[2], (2.0, 5.0, 0.0), "a single run has no spread");
+    }
+
+    #[test]
     fn ranges_ignore_non_finite_and_are_never_empty() {
         let (x, y) = ranges([(1.0, 2.0), (f64::NAN, 5.0), (1.0, 2.0)].into_iter());
         assert!(x.start < 1.0 && x.end > 1.0);
@@ -318,6 +442,12 @@ mod draw_tests {
         }];
         plot_frontier(&pts, &dir, "frontier").unwrap();
         assert!(dir.join("frontier.png").exists());
+        let groups = vec![CurveGroup {
+            label: "cory llm1".into(),
+            runs: vec![vec![(0.0, 1.0), (1.0, 2.0)], vec![(0.0, 3.0), (1.0, 2.0)]],
+        }];
+        plot_curves(&groups, &dir, "curves", "task reward").unwrap();
+        assert!(std::fs::metadata(dir.join("curves.png")).unwrap().len() > 1000);
         if std::env::var_os("LMRL_KEEP_PLOTS").is_none() {
             std::fs::remove_dir_all(&dir).unwrap();
         }
