@@ -258,9 +258,9 @@ fn resolve_model(
     agent: Option<&str>,
 ) -> Result<EvalModel> {
     let p = PathBuf::from(model);
-    let run_cfg = p.join(crate::train::CONFIG_FILE);
+    let run_cfg = p.join(lmrl_runs::CONFIG_FILE);
     if p.is_dir() && run_cfg.is_file() && p.join("checkpoints").is_dir() {
-        let cfg = crate::train::read_config(&run_cfg)?;
+        let cfg: RunConfig = lmrl_runs::read_config(&run_cfg)?;
         let (_, ckpt) = lmrl_runs::CheckpointDir::new(p.join("checkpoints"))
             .latest()?
             .with_context(|| format!("{} has no checkpoint", p.display()))?;

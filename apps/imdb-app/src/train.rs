@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,14 +17,14 @@ use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{
-    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, POLICY, SamplesLog, atomic_write,
-    metric_row, write_toml,
+    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, Outcome, POLICY, SamplesLog,
+    atomic_write, mean, metric_row, write_toml,
 };
 use rand::Rng;
 use serde::Serialize;
 
 use crate::cli::TrainArgs;
-use crate::config::{Algo, RunConfig};
+use crate::config::RunConfig;
 use crate::setup;
 use crate::state::{DataOrder, iter_rng, stream};
 
@@ -41,80 +41,25 @@ fn add_phase(i: usize, secs: f64) {
     });
 }
 
-/// `config.toml` of a run directory.
-pub const CONFIG_FILE: &str = "config.toml";
 /// Written when a run has reached its iteration count.
 pub const SUMMARY_FILE: &str = "summary.json";
 
 /// Resolves the configuration from defaults, `--config`, flags (or the run being resumed) and
 /// trains. Exit code 0 when done, 130 when stopped by Ctrl-C, 2 for invalid settings.
 pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
-    let (cfg, out, resume) = match resolve(args) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    lmrl_runs::install_ctrlc();
-    let outcome = train(&cfg, &out, resume, args.cache_dir.as_deref())?;
-    Ok(match outcome {
-        Outcome::Finished => ExitCode::SUCCESS,
-        Outcome::Interrupted => ExitCode::from(130),
+    lmrl_runs::run_training(resolve(args), |(cfg, out, resume)| {
+        train(&cfg, &out, resume, args.run.cache_dir.as_deref())
     })
 }
 
 /// The run's configuration, output directory and whether it resumes.
 pub fn resolve(args: &TrainArgs) -> Result<(RunConfig, PathBuf, bool)> {
-    if let Some(dir) = &args.resume {
-        let changed = args.changes_settings();
-        if !changed.is_empty() {
-            bail!(
-                "--resume continues {} with its own config.toml; only --iterations and \
-                 --cache-dir may be given, not {}",
-                dir.display(),
-                changed.join(", ")
-            );
-        }
-        let mut cfg = read_config(&dir.join(CONFIG_FILE))?;
-        if let Some(n) = args.iterations {
-            cfg.iterations = n;
-        }
-        cfg.checkpoint_every = args.checkpoint_every.unwrap_or(cfg.checkpoint_every);
-        cfg.samples_every = args.samples_every.unwrap_or(cfg.samples_every);
-        cfg.resolve();
-        cfg.validate()?;
-        return Ok((cfg, dir.clone(), true));
-    }
-    let mut cfg = match &args.config {
-        Some(p) => read_config(p)?,
-        None => RunConfig::default(),
-    };
-    args.apply(&mut cfg);
-    cfg.resolve();
-    cfg.validate()?;
-    let algo = match cfg.algo {
-        Algo::Ppo => "ppo",
-        Algo::Cory => "cory",
-    };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("runs/imdb-{algo}-{}", cfg.seed)));
-    Ok((cfg, out, false))
-}
-
-fn read_config(path: &Path) -> Result<RunConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("invalid settings in {}", path.display()))
-}
-
-/// How a training run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Finished,
-    Interrupted,
+    Ok(lmrl_runs::resolve_run(
+        &args.run,
+        &args.ppo,
+        args.changes_settings(),
+        |cfg| args.apply(cfg),
+    )?)
 }
 
 /// Everything the loop needs that does not change.
@@ -170,7 +115,7 @@ pub fn train(
 ) -> Result<Outcome> {
     let (ckpts, latest) = lmrl_runs::open_run(out, resume, cfg.checkpoint_every)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_toml(&out.join(CONFIG_FILE), cfg)?;
+    write_toml(&out.join(lmrl_runs::CONFIG_FILE), cfg)?;
 
     let cache = setup::asset_cache(cache_dir)?;
     let device = crate::select_device();
@@ -262,7 +207,7 @@ pub fn train(
         eprintln!("{line} {secs:.1} s (generate {g:.1}, score {sc:.2}, optimise {o:.1})");
         let done = it + 1;
         let interrupted = lmrl_runs::interrupted();
-        if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
+        if lmrl_runs::checkpoint_due(done, cfg.checkpoint_every, cfg.iterations, interrupted) {
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
@@ -273,7 +218,7 @@ pub fn train(
                 out.display(),
                 cfg.iterations
             );
-            draw(out)?;
+            lmrl_runs::draw_run(out)?;
             return Ok(Outcome::Interrupted);
         }
     }
@@ -288,14 +233,6 @@ pub fn has_checkpoint(out: &Path) -> Result<bool> {
         .is_some())
 }
 
-fn draw(out: &Path) -> Result<()> {
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    if !rows.is_empty() {
-        lmrl_runs::plot_run(&rows, out)?;
-    }
-    Ok(())
-}
-
 #[derive(Serialize)]
 struct Summary {
     iterations: usize,
@@ -303,17 +240,11 @@ struct Summary {
 }
 
 fn finish(out: &Path, cfg: &RunConfig) -> Result<()> {
-    draw(out)?;
+    lmrl_runs::draw_run(out)?;
     let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    let last = rows.iter().map(|r| r.iteration).max();
-    let final_rows = rows
-        .iter()
-        .filter(|r| Some(r.iteration) == last)
-        .cloned()
-        .collect();
     let s = Summary {
         iterations: cfg.iterations,
-        final_rows,
+        final_rows: lmrl_runs::final_rows(&rows),
     };
     atomic_write(
         &out.join(SUMMARY_FILE),
@@ -344,13 +275,7 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: us
 
 /// What this run trains, with what a CORY trainer is built from.
 fn learner_kind(env: &Env) -> LearnerKind {
-    match env.cfg.algo {
-        Algo::Ppo => LearnerKind::Ppo,
-        Algo::Cory => LearnerKind::Cory {
-            config: cory_config(&env.cfg),
-            reference: Box::new(env.reference.clone()),
-        },
-    }
+    LearnerKind::new(env.cfg.algo, cory_config(&env.cfg), &env.reference)
 }
 
 /// Rebuilds the learner from a checkpoint exactly ([`Learner::restore`]).
@@ -443,10 +368,6 @@ fn score(env: &Env, queries: &[&str], responses: &[String], it: usize) -> Result
     b.finish_and_clear();
     add_phase(1, t0.elapsed().as_secs_f64());
     s
-}
-
-fn mean(xs: &[f32]) -> f64 {
-    xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
 #[derive(Serialize)]

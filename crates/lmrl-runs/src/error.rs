@@ -26,6 +26,27 @@ pub enum RunError {
     },
     #[error("cannot draw {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
+    #[error("cannot read {path}")]
+    ReadConfig {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `config.toml` that is not TOML, has unknown keys or values of the wrong type.
+    #[error("invalid settings in {path}")]
+    ConfigSyntax {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    /// `--resume` given with flags that would change what the run computes.
+    #[error(
+        "--resume continues {path} with its own config.toml; only --iterations, \
+         --checkpoint-every, --samples-every and --cache-dir may be given, not {flags}"
+    )]
+    ResumeSettings { path: PathBuf, flags: String },
+    #[error(transparent)]
+    Config(#[from] crate::settings::ConfigError),
 }
 
 pub type Result<T, E = RunError> = std::result::Result<T, E>;

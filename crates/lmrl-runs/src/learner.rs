@@ -13,6 +13,7 @@ use lmrl_rl::{CoryConfig, CoryTrainer, Role};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::args::Algo;
 use crate::checkpoint::{CheckpointDir, FillError};
 use crate::error::{Result, RunError};
 use crate::metrics::MetricRow;
@@ -35,6 +36,20 @@ pub enum LearnerKind {
         /// The frozen reference model the KL penalty is measured against.
         reference: Box<CausalLm>,
     },
+}
+
+impl LearnerKind {
+    /// What `algo` trains: for CORY, a trainer with `config` measuring KL against (a copy of)
+    /// `reference`.
+    pub fn new(algo: Algo, config: CoryConfig, reference: &CausalLm) -> Self {
+        match algo {
+            Algo::Ppo => LearnerKind::Ppo,
+            Algo::Cory => LearnerKind::Cory {
+                config,
+                reference: Box::new(reference.clone()),
+            },
+        }
+    }
 }
 
 impl Learner {

@@ -2,7 +2,9 @@
 //! directory's checkpoints decide whether `--resume` has something to continue (and a fresh run
 //! refuses to overwrite an earlier one), and the first Ctrl-C asks the loop to stop after the
 //! current iteration, with a checkpoint, so the run can be resumed exactly.
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::checkpoint::CheckpointDir;
@@ -30,6 +32,48 @@ pub fn install_ctrlc() {
 /// Whether Ctrl-C has asked the run to stop after the current iteration.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// How a training run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    Interrupted,
+}
+
+impl Outcome {
+    /// 0 when done, 130 (the shell's code for SIGINT) when stopped by Ctrl-C.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Finished => ExitCode::SUCCESS,
+            Outcome::Interrupted => ExitCode::from(130),
+        }
+    }
+}
+
+/// A training command from its resolved settings to its exit code: settings that could not be
+/// resolved are printed (`error: …`, with their causes) and exit with 2, like a bad flag;
+/// otherwise Ctrl-C is installed and `train` runs, its [`Outcome`] giving the code. Errors of
+/// `train` itself are returned.
+pub fn run_training<T, R: Display, E>(
+    resolved: std::result::Result<T, R>,
+    train: impl FnOnce(T) -> std::result::Result<Outcome, E>,
+) -> std::result::Result<ExitCode, E> {
+    let settings = match resolved {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    install_ctrlc();
+    Ok(train(settings)?.exit_code())
+}
+
+/// Whether iteration `done` (counted from 1) of `total` ends with a checkpoint: every
+/// `every` iterations, after the last, and when Ctrl-C asked to stop.
+pub fn checkpoint_due(done: usize, every: usize, total: usize, interrupted: bool) -> bool {
+    done.is_multiple_of(every) || done == total || interrupted
 }
 
 /// The checkpoints of run directory `out` and, when `resume`, the newest one to continue from.
