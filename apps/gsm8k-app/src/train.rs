@@ -20,8 +20,8 @@ use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{
-    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, Outcome, POLICY, SamplesLog,
-    atomic_write, mean, metric_row, write_toml,
+    CheckpointDir, Learner, LearnerKind, MetricRow, Outcome, POLICY, SamplesLog, atomic_write,
+    cory_rows, generate_chunked, mean, metric_row, write_toml,
 };
 use serde::Serialize;
 
@@ -31,8 +31,6 @@ use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
 use crate::setup::{self, Split, Task};
 use crate::state::{DataOrder, mix, stream};
 
-/// Written when a run has reached its iteration count.
-pub const SUMMARY_FILE: &str = "summary.json";
 /// Machine-readable evaluation rows (the source of `eval.csv` / `eval.md`, kept across resumes).
 pub const EVAL_JSON: &str = "eval.json";
 
@@ -129,12 +127,12 @@ pub fn train(
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_toml(&out.join(lmrl_runs::CONFIG_FILE), cfg)?;
 
-    let cache = setup::asset_cache(cache_dir)?;
+    let cache = lmrl_runs::asset_cache(cache_dir)?;
     let device = crate::select_device();
     device.seed(cfg.seed);
     let train_device = device.clone().autodiff();
-    let model_path = setup::resolve_path_or_asset(&cache, &cfg.model)?;
-    let (tok, model_config) = setup::load_tokenizer(&model_path)?;
+    let model_path = lmrl_runs::resolve_path_or_asset(&cache, &cfg.model)?;
+    let (tok, model_config) = lmrl_runs::load_tokenizer(&model_path)?;
     let problems = setup::load_problems(&cache, &cfg.data, cfg.data_format)?;
     let dataset = setup::source_name(&problems);
     let (train_p, test_p) =
@@ -181,7 +179,7 @@ pub fn train(
         order: DataOrder::new(train.len(), cfg.batch_size, cfg.seed),
         ppo: ppo.clone(),
         eos: tok.eos_token_id().or(model_config.eos_token_id()),
-        pad_id: setup::pad_id(&tok, &model_config),
+        pad_id: lmrl_runs::pad_id(&tok, &model_config),
         tok,
         train,
         test,
@@ -220,25 +218,11 @@ pub fn train(
         Some((_, dir)) => restore(&env, &base, dir)?,
     };
     drop(base);
-    if start >= cfg.iterations {
-        eprintln!(
-            "{} already has {start} iterations (asked for {}): nothing to do",
-            out.display(),
-            cfg.iterations
-        );
+    if !lmrl_runs::announce_start(out, start, cfg.iterations, resume) {
         finish(&env, out, &learner, eval_rows)?;
         return Ok(Outcome::Finished);
     }
-    if resume {
-        eprintln!(
-            "resuming {} at iteration {start} of {}",
-            out.display(),
-            cfg.iterations
-        );
-    }
-    let resume_from = resume.then_some(start);
-    let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
-    let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+    let (mut metrics, mut samples) = lmrl_runs::open_logs(out, resume.then_some(start))?;
 
     for it in start..cfg.iterations {
         let t0 = Instant::now();
@@ -265,15 +249,13 @@ pub fn train(
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
-            eprintln!(
-                "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
-                 gsm8k-app --resume {} --iterations {}",
-                ckpts.path_for(done).display(),
-                out.display(),
-                cfg.iterations
-            );
-            lmrl_runs::draw_run(out)?;
-            return Ok(Outcome::Interrupted);
+            return Ok(lmrl_runs::stop_interrupted(
+                "gsm8k-app",
+                &ckpts,
+                out,
+                done,
+                cfg.iterations,
+            )?);
         }
     }
     finish(&env, out, &learner, eval_rows)?;
@@ -361,20 +343,12 @@ fn finish(env: &Env, out: &Path, learner: &Learner, mut eval_rows: Vec<EvalRow>)
             markdown(&eval_rows)
         );
     }
-    lmrl_runs::draw_run(out)?;
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    let s = Summary {
+    Ok(lmrl_runs::finish_run(out, |final_rows| Summary {
         iterations: env.cfg.iterations,
         dataset: env.dataset,
-        final_rows: lmrl_runs::final_rows(&rows),
+        final_rows,
         eval: eval_rows,
-    };
-    atomic_write(
-        &out.join(SUMMARY_FILE),
-        serde_json::to_string_pretty(&s)?.as_bytes(),
-    )?;
-    eprintln!("done: results in {}", out.display());
-    Ok(())
+    })?)
 }
 
 /// Writes one copy's weights into `d` as a Hugging Face checkpoint (LoRA adapters merged into
@@ -470,15 +444,13 @@ fn generate(
     prompts: &[Vec<u32>],
     base: &GenerationConfig,
 ) -> Result<Vec<Vec<u32>>> {
-    let mut out = Vec::with_capacity(prompts.len());
-    for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
-        let gcfg = GenerationConfig {
-            seed: mix(&[base.seed, k as u64]),
-            ..base.clone()
-        };
-        out.extend(agent.generate(chunk, &gcfg)?.tokens);
-    }
-    Ok(out)
+    Ok(generate_chunked(
+        agent,
+        prompts,
+        base,
+        env.cfg.generation_batch_size,
+        |_| {},
+    )?)
 }
 
 /// Decoded responses without special tokens (the EOS marker is not part of the answer).
@@ -741,16 +713,7 @@ fn cory_iteration(
             &t.observer_rewards,
         )?;
     }
-    // `stats.agents` is [llm1, llm2]: rows sorted by agent name.
-    Ok(stats
-        .agents
-        .iter()
-        .map(|m| {
-            let (own, role) = match m.role {
-                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
-                Role::Observer => (&t.observer_rewards, "observer"),
-            };
-            metric_row(it, m.llm, role, mean(own), &m.ppo, None)
-        })
-        .collect())
+    // `stats.agents` is [llm1, llm2]: rows sorted by agent name. The plain-query measurement is
+    // off (`cory_config`), so the `pioneer_*` columns repeat the training-role values.
+    Ok(cory_rows(it, &stats))
 }

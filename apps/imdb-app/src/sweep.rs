@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use lmrl_runs::{FrontierPoint, Outcome, atomic_write, plot_frontier, read_rows};
+use lmrl_runs::{FrontierPoint, Outcome, SUMMARY_FILE, atomic_write, plot_frontier, read_rows};
 
 use crate::cli::{SweepArgs, TrainArgs};
-use crate::train::{self, SUMMARY_FILE};
+use crate::train;
 
 fn finished(dir: &Path, iterations: usize) -> bool {
     std::fs::read_to_string(dir.join(SUMMARY_FILE))

@@ -17,8 +17,8 @@ use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{
-    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, Outcome, POLICY, SamplesLog,
-    atomic_write, mean, metric_row, write_toml,
+    CheckpointDir, Learner, LearnerKind, MetricRow, Outcome, POLICY, SamplesLog, cory_rows,
+    generate_chunked, mean, metric_row, write_toml,
 };
 use rand::Rng;
 use serde::Serialize;
@@ -40,9 +40,6 @@ fn add_phase(i: usize, secs: f64) {
         p.set(v);
     });
 }
-
-/// Written when a run has reached its iteration count.
-pub const SUMMARY_FILE: &str = "summary.json";
 
 /// Resolves the configuration from defaults, `--config`, flags (or the run being resumed) and
 /// trains. Exit code 0 when done, 130 when stopped by Ctrl-C, 2 for invalid settings.
@@ -117,12 +114,12 @@ pub fn train(
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_toml(&out.join(lmrl_runs::CONFIG_FILE), cfg)?;
 
-    let cache = setup::asset_cache(cache_dir)?;
+    let cache = lmrl_runs::asset_cache(cache_dir)?;
     let device = crate::select_device();
     device.seed(cfg.seed);
     let train_device = device.clone().autodiff();
-    let model_path = setup::resolve_path_or_asset(&cache, &cfg.model)?;
-    let (tok, model_config) = setup::load_tokenizer(&model_path)?;
+    let model_path = lmrl_runs::resolve_path_or_asset(&cache, &cfg.model)?;
+    let (tok, model_config) = lmrl_runs::load_tokenizer(&model_path)?;
     let reward = setup::load_reward(&cfg.reward, &cache, &device)?;
     let prompts = setup::load_prompts(cfg, &cache, &tok)?;
     eprintln!(
@@ -137,11 +134,7 @@ pub fn train(
         .with_context(|| format!("cannot load the policy {}", model_path.display()))?;
     let reference = lm.valid();
     let ppo = ppo_config(cfg);
-    let pad_id = tok
-        .pad_token_id()
-        .or(tok.eos_token_id())
-        .or(model_config.eos_token_id())
-        .unwrap_or(0);
+    let pad_id = lmrl_runs::pad_id(&tok, &model_config);
     let env = Env {
         cfg: cfg.clone(),
         order: DataOrder::new(prompts.len(), cfg.batch_size, cfg.seed),
@@ -165,25 +158,11 @@ pub fn train(
         Some((_, dir)) => restore(&env, dir)?,
     };
     drop(lm);
-    if start >= cfg.iterations {
-        eprintln!(
-            "{} already has {start} iterations (asked for {}): nothing to do",
-            out.display(),
-            cfg.iterations
-        );
+    if !lmrl_runs::announce_start(out, start, cfg.iterations, resume) {
         finish(out, cfg)?;
         return Ok(Outcome::Finished);
     }
-    if resume {
-        eprintln!(
-            "resuming {} at iteration {start} of {}",
-            out.display(),
-            cfg.iterations
-        );
-    }
-    let resume_from = resume.then_some(start);
-    let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
-    let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+    let (mut metrics, mut samples) = lmrl_runs::open_logs(out, resume.then_some(start))?;
 
     for it in start..cfg.iterations {
         let t0 = Instant::now();
@@ -211,15 +190,13 @@ pub fn train(
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
-            eprintln!(
-                "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
-                 imdb-app --resume {} --iterations {}",
-                ckpts.path_for(done).display(),
-                out.display(),
-                cfg.iterations
-            );
-            lmrl_runs::draw_run(out)?;
-            return Ok(Outcome::Interrupted);
+            return Ok(lmrl_runs::stop_interrupted(
+                "imdb-app",
+                &ckpts,
+                out,
+                done,
+                cfg.iterations,
+            )?);
         }
     }
     finish(out, cfg)?;
@@ -240,18 +217,10 @@ struct Summary {
 }
 
 fn finish(out: &Path, cfg: &RunConfig) -> Result<()> {
-    lmrl_runs::draw_run(out)?;
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    let s = Summary {
+    Ok(lmrl_runs::finish_run(out, |final_rows| Summary {
         iterations: cfg.iterations,
-        final_rows: lmrl_runs::final_rows(&rows),
-    };
-    atomic_write(
-        &out.join(SUMMARY_FILE),
-        serde_json::to_string_pretty(&s)?.as_bytes(),
-    )?;
-    eprintln!("done: results in {}", out.display());
-    Ok(())
+        final_rows,
+    })?)
 }
 
 /// Writes checkpoint `done` ([`Learner::save_checkpoint`]): per copy its HF-format weights,
@@ -334,16 +303,9 @@ fn generate(
 ) -> Result<Vec<Vec<u32>>> {
     let t0 = Instant::now();
     let b = bar(prompts.len(), what);
-    let mut out = Vec::with_capacity(prompts.len());
-    for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
-        let gcfg = GenerationConfig {
-            seed: crate::state::mix(&[base.seed, k as u64]),
-            ..base.clone()
-        };
-        let g = agent.generate(chunk, &gcfg)?;
-        out.extend(g.tokens);
-        b.inc(chunk.len() as u64);
-    }
+    let out = generate_chunked(agent, prompts, base, env.cfg.generation_batch_size, |n| {
+        b.inc(n as u64)
+    })?;
     b.finish_and_clear();
     add_phase(0, t0.elapsed().as_secs_f64());
     Ok(out)
@@ -556,20 +518,5 @@ fn cory_iteration(
         }
     }
     // `stats.agents` is [llm1, llm2]: rows sorted by agent name.
-    Ok(stats
-        .agents
-        .iter()
-        .map(|m| {
-            let (own, role) = match m.role {
-                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
-                Role::Observer => (&t.observer_rewards, "observer"),
-            };
-            let plain = m
-                .query_only_reward
-                .zip(m.query_only_kl)
-                .filter(|_| m.role == Role::Observer)
-                .map(|(r, k)| (f64::from(r), f64::from(k)));
-            metric_row(it, m.llm, role, mean(own), &m.ppo, plain)
-        })
-        .collect())
+    Ok(cory_rows(it, &stats))
 }

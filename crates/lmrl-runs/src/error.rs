@@ -47,6 +47,38 @@ pub enum RunError {
     ResumeSettings { path: PathBuf, flags: String },
     #[error(transparent)]
     Config(#[from] crate::settings::ConfigError),
+    #[error("cannot locate the asset cache")]
+    AssetCache(#[source] lmrl_data::AssetError),
+    #[error("`{name}` is neither an existing path nor an asset that could be fetched")]
+    Asset {
+        name: String,
+        #[source]
+        source: lmrl_data::AssetError,
+    },
+    #[error("cannot read {path}")]
+    ReadModel {
+        path: PathBuf,
+        #[source]
+        source: lmrl_models::ModelError,
+    },
+    #[error("no tokenizer for the model {path}")]
+    Tokenizer {
+        path: PathBuf,
+        #[source]
+        source: lmrl_models::ModelError,
+    },
+    /// A tokenizer that can produce ids past the model's embedding table.
+    #[error(
+        "the tokenizer of {path} has {tokenizer} tokens but the model's vocabulary has only \
+         {model}: they do not belong together"
+    )]
+    VocabularyMismatch {
+        path: PathBuf,
+        tokenizer: usize,
+        model: usize,
+    },
+    #[error(transparent)]
+    Model(#[from] lmrl_models::ModelError),
 }
 
 pub type Result<T, E = RunError> = std::result::Result<T, E>;

@@ -7,8 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use serde::Serialize;
+
 use crate::checkpoint::CheckpointDir;
 use crate::error::{Result, RunError};
+use crate::files::atomic_write;
+use crate::metrics::{MetricRow, MetricsLog, SamplesLog, final_rows, read_rows};
+use crate::plots::draw_run;
+
+/// Written when a run has reached its iteration count.
+pub const SUMMARY_FILE: &str = "summary.json";
 
 /// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -74,6 +82,70 @@ pub fn run_training<T, R: Display, E>(
 /// `every` iterations, after the last, and when Ctrl-C asked to stop.
 pub fn checkpoint_due(done: usize, every: usize, total: usize, interrupted: bool) -> bool {
     done.is_multiple_of(every) || done == total || interrupted
+}
+
+/// Says where the run in `out` starts (iteration `start` of `total`): `false`, after saying
+/// so, when it already has them all and there is nothing to train.
+pub fn announce_start(out: &Path, start: usize, total: usize, resume: bool) -> bool {
+    if start >= total {
+        eprintln!(
+            "{} already has {start} iterations (asked for {total}): nothing to do",
+            out.display()
+        );
+        return false;
+    }
+    if resume {
+        eprintln!("resuming {} at iteration {start} of {total}", out.display());
+    }
+    true
+}
+
+/// The run's `metrics.csv` and `samples.jsonl` in `out`, open for appending; a resumed run
+/// passes the iteration its checkpoint finished, and later rows are dropped.
+pub fn open_logs(out: &Path, resume_from: Option<usize>) -> Result<(MetricsLog, SamplesLog)> {
+    Ok((
+        MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
+        SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
+    ))
+}
+
+/// Ends a run that Ctrl-C stopped after iteration `done` of `total`: says which checkpoint
+/// was kept and the `app` command that resumes it, and redraws the plots.
+pub fn stop_interrupted(
+    app: &str,
+    ckpts: &CheckpointDir,
+    out: &Path,
+    done: usize,
+    total: usize,
+) -> Result<Outcome> {
+    eprintln!(
+        "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
+         {app} --resume {} --iterations {total}",
+        ckpts.path_for(done).display(),
+        out.display(),
+    );
+    draw_run(out)?;
+    Ok(Outcome::Interrupted)
+}
+
+/// Ends a finished run: redraws the plots and writes [`SUMMARY_FILE`], made by `summary` from
+/// the metrics rows of the last iteration.
+pub fn finish_run<S: Serialize>(
+    out: &Path,
+    summary: impl FnOnce(Vec<MetricRow>) -> S,
+) -> Result<()> {
+    draw_run(out)?;
+    let rows = read_rows(&out.join("metrics.csv"))?;
+    let path = out.join(SUMMARY_FILE);
+    let text = serde_json::to_string_pretty(&summary(final_rows(&rows))).map_err(|e| {
+        RunError::Format {
+            path: path.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    atomic_write(&path, text.as_bytes())?;
+    eprintln!("done: results in {}", out.display());
+    Ok(())
 }
 
 /// The checkpoints of run directory `out` and, when `resume`, the newest one to continue from.
