@@ -123,10 +123,7 @@ impl TrainArgs {
             (self.eval_k.is_some(), "--eval-k"),
             (self.eval_temperature.is_some(), "--eval-temperature"),
         ];
-        set.into_iter()
-            .filter(|(s, _)| *s)
-            .map(|(_, f)| f)
-            .collect()
+        lmrl_runs::args::given(set)
     }
 
     /// Applies the app's own flags, `--lr` and `--score-norm` on top of `cfg`.
@@ -224,4 +221,18 @@ pub struct EvalArgs {
     /// Asset cache directory.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// The per-app help texts of shared flags (`mut_arg`) name flags that exist, and clap's
+    /// own consistency checks pass.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

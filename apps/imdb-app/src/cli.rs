@@ -94,10 +94,7 @@ impl TrainArgs {
             (self.response_tokens_max.is_some(), "--response-tokens-max"),
             (self.pioneer_format_metrics, "--pioneer-format-metrics"),
         ];
-        set.into_iter()
-            .filter(|(s, _)| *s)
-            .map(|(_, f)| f)
-            .collect()
+        lmrl_runs::args::given(set)
     }
 
     /// Applies the app's own flags, `--lr` and `--score-norm` on top of `cfg`.
@@ -192,4 +189,18 @@ pub struct SweepArgs {
     /// `--init-kl-coef`, `--seed` and `--resume` are set by the sweep itself.
     #[command(flatten)]
     pub common: TrainArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// The per-app help texts of shared flags (`mut_arg`) name flags that exist, and clap's
+    /// own consistency checks pass.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

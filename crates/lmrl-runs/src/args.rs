@@ -160,6 +160,15 @@ macro_rules! shared_settings_mut {
     };
 }
 
+/// The names of the flags marked given, in order: what a `changes_settings` returns.
+pub fn given(flags: impl IntoIterator<Item = (bool, &'static str)>) -> Vec<&'static str> {
+    flags
+        .into_iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, name)| name)
+        .collect()
+}
+
 fn set<T: Clone>(flag: &Option<T>, field: &mut T) {
     if let Some(v) = flag {
         *field = v.clone();
@@ -184,10 +193,7 @@ impl PpoArgs {
             (self.reset_state_on_swap, "--reset-state-on-swap"),
             (self.seed.is_some(), "--seed"),
         ];
-        set.into_iter()
-            .filter(|(s, _)| *s)
-            .map(|(_, f)| f)
-            .collect()
+        given(set)
     }
 
     /// Applies the given flags on top of `cfg` (`--lr` and `--score-norm` are the app's to
