@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use lmrl_runs::{PpoArgs, RunArgs};
 
-use crate::config::{Algo, DataFormat, RunConfig};
+use crate::config::{DataFormat, RunConfig};
 use crate::setup::Split;
 
 /// Fine-tune a language model on math word problems with PPO (as TRL runs it) or CORY (two
@@ -37,10 +38,20 @@ pub enum Command {
 
 /// Training settings. Unset flags keep the value of `--config` (or the built-in default).
 #[derive(Debug, Args, Clone, Default)]
+#[command(
+    mut_arg("batch_size", |a| a.help("Questions per iteration (PPO batch)")),
+    mut_arg("mini_batch_size", |a| a.help(
+        "Samples per forward/backward pass; must divide the batch size"
+    )),
+    mut_arg("lr", |a| a.help(
+        "Adam learning rate (default: 1e-5 for PPO, 1e-4 for CORY, paper Table 2)"
+    )),
+    mut_arg("out", |a| a.help("Output directory (default: runs/gsm8k-<algo>-<seed>)")),
+    mut_arg("samples_every", |a| a.help("Log questions and responses every N iterations"))
+)]
 pub struct TrainArgs {
-    /// Algorithm: `ppo` (one policy) or `cory` (pioneer + observer with role exchange).
-    #[arg(long, value_enum)]
-    pub algo: Option<Algo>,
+    #[command(flatten)]
+    pub ppo: PpoArgs,
     /// Policy model: a Hugging Face directory (config.json + model.safetensors [+ tokenizer]),
     /// a `.gguf` file, or a named asset (`smollm2-135m`).
     #[arg(long)]
@@ -61,43 +72,9 @@ pub struct TrainArgs {
     /// Largest response length in tokens (generation also stops at EOS).
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
-    /// Total number of iterations (with `--resume`: the total to reach, counting those done).
-    #[arg(long)]
-    pub iterations: Option<usize>,
-    /// Questions per iteration (PPO batch).
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Samples per forward/backward pass; must divide the batch size.
-    #[arg(long)]
-    pub mini_batch_size: Option<usize>,
     /// Minibatches per Adam step (default: batch / minibatch, one step per PPO epoch).
     #[arg(long)]
     pub gradient_accumulation_steps: Option<usize>,
-    /// PPO epochs over each batch.
-    #[arg(long)]
-    pub ppo_epochs: Option<usize>,
-    /// Adam learning rate (default: 1e-5 for PPO, 1e-4 for CORY, paper Table 2).
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// Initial KL coefficient β.
-    #[arg(long)]
-    pub init_kl_coef: Option<f64>,
-    /// Target KL (nats per response) of the adaptive β controller.
-    #[arg(long, conflicts_with = "fixed_kl")]
-    pub target_kl: Option<f64>,
-    /// Keep β fixed at `--init-kl-coef` (no adaptive controller).
-    #[arg(long)]
-    pub fixed_kl: bool,
-    /// Normalise scores with running mean/std (`true`/`false`; default false).
-    #[arg(long)]
-    pub score_norm: Option<bool>,
-    /// CORY: exchange pioneer and observer roles every this many iterations.
-    #[arg(long)]
-    pub swap_period: Option<usize>,
-    /// CORY: reset Adam, β and the score normaliser at every role exchange, as the reference
-    /// code's reload does (paper Algorithm 1 swaps weights only).
-    #[arg(long)]
-    pub reset_state_on_swap: bool,
     /// LoRA rank (0 = full fine-tuning): adapters on the attention and MLP projections, base
     /// weights frozen; for checkpoints too big to fine-tune fully.
     #[arg(long)]
@@ -105,28 +82,6 @@ pub struct TrainArgs {
     /// LoRA α (update scaled by α / rank).
     #[arg(long)]
     pub lora_alpha: Option<f64>,
-    /// Random seed (data order, sampling, value-head init, minibatches).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Output directory (default: runs/gsm8k-<algo>-<seed>).
-    #[arg(long, conflicts_with = "resume")]
-    pub out: Option<PathBuf>,
-    /// TOML file with settings (keys of config.toml); flags override it.
-    #[arg(long, conflicts_with = "resume")]
-    pub config: Option<PathBuf>,
-    /// Continue the run in DIR from its latest checkpoint, writing into DIR, up to
-    /// `--iterations` in total. Other settings come from DIR/config.toml.
-    #[arg(long, value_name = "DIR")]
-    pub resume: Option<PathBuf>,
-    /// Asset cache directory (default: $LMRL_CACHE, $XDG_CACHE_HOME/lmrl or ~/.cache/lmrl).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
-    /// Write a checkpoint every N iterations (and after the last).
-    #[arg(long)]
-    pub checkpoint_every: Option<usize>,
-    /// Log questions and responses every N iterations.
-    #[arg(long)]
-    pub samples_every: Option<usize>,
     /// Prompts per generation call.
     #[arg(long)]
     pub generation_batch_size: Option<usize>,
@@ -139,96 +94,65 @@ pub struct TrainArgs {
     /// Temperature of the evaluation samples (0 = greedy, only with k = 1).
     #[arg(long)]
     pub eval_temperature: Option<f32>,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 impl TrainArgs {
-    /// The settings that change what a run computes which were given (only `--iterations`,
-    /// `--cache-dir`, `--checkpoint-every` and `--samples-every` may accompany `--resume`).
+    /// The app's own flags that change what a run computes which were given (the shared ones
+    /// are [`PpoArgs::changes_settings`]).
     pub fn changes_settings(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let mut flag = |set: bool, name| {
-            if set {
-                v.push(name)
-            }
-        };
-        flag(self.algo.is_some(), "--algo");
-        flag(self.model.is_some(), "--model");
-        flag(self.data.is_some(), "--data");
-        flag(self.data_format.is_some(), "--data-format");
-        flag(self.test_fraction.is_some(), "--test-fraction");
-        flag(self.split_seed.is_some(), "--split-seed");
-        flag(self.max_new_tokens.is_some(), "--max-new-tokens");
-        flag(self.batch_size.is_some(), "--batch-size");
-        flag(self.mini_batch_size.is_some(), "--mini-batch-size");
-        flag(
-            self.gradient_accumulation_steps.is_some(),
-            "--gradient-accumulation-steps",
-        );
-        flag(self.ppo_epochs.is_some(), "--ppo-epochs");
-        flag(self.lr.is_some(), "--lr");
-        flag(self.init_kl_coef.is_some(), "--init-kl-coef");
-        flag(self.target_kl.is_some(), "--target-kl");
-        flag(self.fixed_kl, "--fixed-kl");
-        flag(self.score_norm.is_some(), "--score-norm");
-        flag(self.swap_period.is_some(), "--swap-period");
-        flag(self.reset_state_on_swap, "--reset-state-on-swap");
-        flag(self.lora_rank.is_some(), "--lora-rank");
-        flag(self.lora_alpha.is_some(), "--lora-alpha");
-        flag(self.seed.is_some(), "--seed");
-        flag(
-            self.generation_batch_size.is_some(),
-            "--generation-batch-size",
-        );
-        flag(self.eval_limit.is_some(), "--eval-limit");
-        flag(self.eval_k.is_some(), "--eval-k");
-        flag(self.eval_temperature.is_some(), "--eval-temperature");
-        v
+        let set = [
+            (self.model.is_some(), "--model"),
+            (self.data.is_some(), "--data"),
+            (self.data_format.is_some(), "--data-format"),
+            (self.test_fraction.is_some(), "--test-fraction"),
+            (self.split_seed.is_some(), "--split-seed"),
+            (self.max_new_tokens.is_some(), "--max-new-tokens"),
+            (
+                self.gradient_accumulation_steps.is_some(),
+                "--gradient-accumulation-steps",
+            ),
+            (self.lora_rank.is_some(), "--lora-rank"),
+            (self.lora_alpha.is_some(), "--lora-alpha"),
+            (
+                self.generation_batch_size.is_some(),
+                "--generation-batch-size",
+            ),
+            (self.eval_limit.is_some(), "--eval-limit"),
+            (self.eval_k.is_some(), "--eval-k"),
+            (self.eval_temperature.is_some(), "--eval-temperature"),
+        ];
+        lmrl_runs::args::given(set)
     }
 
-    /// Applies the given flags on top of `cfg`.
+    /// Applies the app's own flags, `--lr` and `--score-norm` on top of `cfg`.
     pub fn apply(&self, cfg: &mut RunConfig) {
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = self.$f.clone() { cfg.$f = v; } )* };
         }
         set!(
-            algo,
             model,
             data,
             data_format,
             test_fraction,
             split_seed,
             max_new_tokens,
-            iterations,
-            batch_size,
-            mini_batch_size,
-            ppo_epochs,
-            init_kl_coef,
-            score_norm,
-            swap_period,
             lora_rank,
             lora_alpha,
-            seed,
-            checkpoint_every,
-            samples_every,
             generation_batch_size,
             eval_limit,
             eval_k,
             eval_temperature
         );
-        if self.lr.is_some() {
-            cfg.lr = self.lr;
+        if self.ppo.lr.is_some() {
+            cfg.lr = self.ppo.lr;
+        }
+        if let Some(v) = self.ppo.score_norm {
+            cfg.score_norm = v;
         }
         if self.gradient_accumulation_steps.is_some() {
             cfg.gradient_accumulation_steps = self.gradient_accumulation_steps;
-        }
-        if let Some(t) = self.target_kl {
-            cfg.target_kl = Some(t);
-        }
-        if self.fixed_kl {
-            cfg.target_kl = None;
-        }
-        if self.reset_state_on_swap {
-            cfg.reset_state_on_swap = true;
         }
     }
 }
@@ -297,4 +221,18 @@ pub struct EvalArgs {
     /// Asset cache directory.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// The per-app help texts of shared flags (`mut_arg`) name flags that exist, and clap's
+    /// own consistency checks pass.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

@@ -1,26 +1,10 @@
 //! The run's configuration: embedded defaults, overridden by `--config FILE`, overridden by
 //! flags. The fully resolved value is written to `<out>/config.toml`.
+pub use lmrl_runs::Algo;
+use lmrl_runs::{
+    ConfigError, RunConfigFile, SharedSettingsMut, check_batching, check_cadence, check_positive,
+};
 use serde::{Deserialize, Serialize};
-
-/// Which algorithm trains the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Algo {
-    /// One policy trained with PPO (TRL's `PPOTrainer.step`).
-    Ppo,
-    /// CORY: a pioneer and an observer copy trained on the shared reward R = r₁ + r₂,
-    /// exchanging roles every `swap_period` iterations.
-    Cory,
-}
-
-impl Algo {
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::Ppo => "ppo",
-            Algo::Cory => "cory",
-        }
-    }
-}
 
 /// How the problems file is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -141,27 +125,7 @@ impl Default for RunConfig {
     }
 }
 
-/// A setting that contradicts another, or is out of range.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid setting `{field}`: {reason}")]
-pub struct ConfigError {
-    pub field: &'static str,
-    pub reason: String,
-}
-
 impl RunConfig {
-    /// Fills the settings whose default depends on others (`lr`,
-    /// `gradient_accumulation_steps`), so `config.toml` shows what ran.
-    pub fn resolve(&mut self) {
-        if self.lr.is_none() {
-            self.lr = Some(self.default_lr());
-        }
-        if self.gradient_accumulation_steps.is_none() && self.mini_batch_size > 0 {
-            self.gradient_accumulation_steps =
-                Some((self.batch_size / self.mini_batch_size).max(1));
-        }
-    }
-
     /// Paper Table 2: PPO 1e-5, CORY 1e-4.
     pub fn default_lr(&self) -> f64 {
         match self.algo {
@@ -178,33 +142,32 @@ impl RunConfig {
         self.gradient_accumulation_steps
             .unwrap_or_else(|| (self.batch_size / self.mini_batch_size.max(1)).max(1))
     }
+}
 
-    /// Rejects contradictory or meaningless settings before any work starts.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+impl RunConfigFile for RunConfig {
+    const APP: &'static str = "gsm8k";
+
+    /// Fills the settings whose default depends on others (`lr`,
+    /// `gradient_accumulation_steps`), so `config.toml` shows what ran.
+    fn resolve(&mut self) {
+        if self.lr.is_none() {
+            self.lr = Some(self.default_lr());
+        }
+        if self.gradient_accumulation_steps.is_none() && self.mini_batch_size > 0 {
+            self.gradient_accumulation_steps =
+                Some((self.batch_size / self.mini_batch_size).max(1));
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
         let err = |field, reason: String| Err(ConfigError { field, reason });
-        if self.batch_size == 0 {
-            return err("batch_size", "must be at least 1".into());
-        }
-        if self.mini_batch_size == 0 || self.mini_batch_size > self.batch_size {
-            return err(
-                "mini_batch_size",
-                format!("must be in 1..={} (the batch size)", self.batch_size),
-            );
-        }
-        let ga = self.grad_accum();
-        let per_step = self.mini_batch_size * ga;
-        if ga == 0 || !self.batch_size.is_multiple_of(per_step) {
-            return err(
-                "gradient_accumulation_steps",
-                format!(
-                    "batch_size {} must be a multiple of mini_batch_size × gradient_accumulation_steps = {per_step}",
-                    self.batch_size
-                ),
-            );
-        }
-        if self.algo == Algo::Cory && self.swap_period == 0 {
-            return err("swap_period", "must be at least 1 for CORY".into());
-        }
+        check_batching(
+            self.algo,
+            self.batch_size,
+            self.mini_batch_size,
+            self.grad_accum(),
+            self.swap_period,
+        )?;
         if self.iterations == 0 {
             return err("iterations", "must be at least 1".into());
         }
@@ -214,20 +177,15 @@ impl RunConfig {
         if self.max_new_tokens == 0 {
             return err("max_new_tokens", "must be at least 1".into());
         }
-        let lr = self.lr();
-        if !(lr > 0.0 && lr.is_finite()) {
-            return err("lr", format!("must be a positive number, got {lr}"));
-        }
+        check_positive("lr", self.lr())?;
         if !(self.init_kl_coef >= 0.0 && self.init_kl_coef.is_finite()) {
             return err(
                 "init_kl_coef",
                 format!("must be ≥ 0, got {}", self.init_kl_coef),
             );
         }
-        if let Some(t) = self.target_kl
-            && !(t > 0.0 && t.is_finite())
-        {
-            return err("target_kl", format!("must be a positive number, got {t}"));
+        if let Some(t) = self.target_kl {
+            check_positive("target_kl", t)?;
         }
         if !(self.test_fraction > 0.0 && self.test_fraction < 1.0) {
             return err(
@@ -244,15 +202,12 @@ impl RunConfig {
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
             return err("repetition_penalty", "must be a positive number".into());
         }
-        if self.checkpoint_every == 0 || self.samples_every == 0 || self.keep_checkpoints == 0 {
-            return err(
-                "checkpoint_every",
-                "checkpoint_every, samples_every and keep_checkpoints must be ≥ 1".into(),
-            );
-        }
-        if self.generation_batch_size == 0 {
-            return err("generation_batch_size", "must be at least 1".into());
-        }
+        check_cadence(
+            self.checkpoint_every,
+            self.samples_every,
+            self.keep_checkpoints,
+            self.generation_batch_size,
+        )?;
         if self.eval_k == 0 {
             return err("eval_k", "must be at least 1".into());
         }
@@ -270,6 +225,10 @@ impl RunConfig {
             );
         }
         Ok(())
+    }
+
+    fn shared_mut(&mut self) -> SharedSettingsMut<'_> {
+        lmrl_runs::shared_settings_mut!(self)
     }
 }
 

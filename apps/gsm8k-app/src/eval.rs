@@ -258,9 +258,9 @@ fn resolve_model(
     agent: Option<&str>,
 ) -> Result<EvalModel> {
     let p = PathBuf::from(model);
-    let run_cfg = p.join(crate::train::CONFIG_FILE);
+    let run_cfg = p.join(lmrl_runs::CONFIG_FILE);
     if p.is_dir() && run_cfg.is_file() && p.join("checkpoints").is_dir() {
-        let cfg = crate::train::read_config(&run_cfg)?;
+        let cfg: RunConfig = lmrl_runs::read_config(&run_cfg)?;
         let (_, ckpt) = lmrl_runs::CheckpointDir::new(p.join("checkpoints"))
             .latest()?
             .with_context(|| format!("{} has no checkpoint", p.display()))?;
@@ -295,7 +295,7 @@ fn resolve_model(
         });
     }
     Ok(EvalModel {
-        path: setup::resolve_path_or_asset(cache, model)?,
+        path: lmrl_runs::resolve_path_or_asset(cache, model)?,
         run_config: None,
         label: model.to_string(),
     })
@@ -303,7 +303,7 @@ fn resolve_model(
 
 /// The `eval` command.
 pub fn run(args: &EvalArgs) -> Result<()> {
-    let cache = setup::asset_cache(args.cache_dir.as_deref())?;
+    let cache = lmrl_runs::asset_cache(args.cache_dir.as_deref())?;
     let m = resolve_model(&cache, &args.model, args.agent.as_deref())?;
     let base = m.run_config.clone().unwrap_or_default();
     let data = args.data.clone().unwrap_or(base.data.clone());
@@ -330,7 +330,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if let Some(n) = args.limit {
         problems.truncate(n);
     }
-    let (tok, config) = setup::load_tokenizer(&m.path)?;
+    let (tok, config) = lmrl_runs::load_tokenizer(&m.path)?;
     let (tasks, dropped) =
         setup::make_tasks(&problems, &tok, config.max_positions(), max_new_tokens)?;
     if dropped > 0 {
@@ -347,7 +347,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         generation_batch_size: args.batch_size,
         seed: args.seed,
         eos: tok.eos_token_id().or(config.eos_token_id()),
-        pad: setup::pad_id(&tok, &config),
+        pad: lmrl_runs::pad_id(&tok, &config),
     };
     eprintln!(
         "evaluating {} on {} questions of the {} {} split ({} per question, {})",

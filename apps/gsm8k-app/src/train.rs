@@ -20,8 +20,8 @@ use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{
-    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, POLICY, SamplesLog, atomic_write,
-    metric_row, write_toml,
+    CheckpointDir, Learner, LearnerKind, MetricRow, Outcome, POLICY, SamplesLog, atomic_write,
+    cory_rows, generate_chunked, mean, metric_row, write_toml,
 };
 use serde::Serialize;
 
@@ -31,80 +31,25 @@ use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
 use crate::setup::{self, Split, Task};
 use crate::state::{DataOrder, mix, stream};
 
-/// `config.toml` of a run directory.
-pub const CONFIG_FILE: &str = "config.toml";
-/// Written when a run has reached its iteration count.
-pub const SUMMARY_FILE: &str = "summary.json";
 /// Machine-readable evaluation rows (the source of `eval.csv` / `eval.md`, kept across resumes).
 pub const EVAL_JSON: &str = "eval.json";
 
 /// Resolves the configuration from defaults, `--config`, flags (or the run being resumed) and
 /// trains. Exit code 0 when done, 130 when stopped by Ctrl-C, 2 for invalid settings.
 pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
-    let (cfg, out, resume) = match resolve(args) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    lmrl_runs::install_ctrlc();
-    Ok(
-        match train(&cfg, &out, resume, args.cache_dir.as_deref())? {
-            Outcome::Finished => ExitCode::SUCCESS,
-            Outcome::Interrupted => ExitCode::from(130),
-        },
-    )
+    lmrl_runs::run_training(resolve(args), |(cfg, out, resume)| {
+        train(&cfg, &out, resume, args.run.cache_dir.as_deref())
+    })
 }
 
 /// The run's configuration, output directory and whether it resumes.
 pub fn resolve(args: &TrainArgs) -> Result<(RunConfig, PathBuf, bool)> {
-    if let Some(dir) = &args.resume {
-        let changed = args.changes_settings();
-        if !changed.is_empty() {
-            bail!(
-                "--resume continues {} with its own config.toml; only --iterations, \
-                 --checkpoint-every, --samples-every and --cache-dir may be given, not {}",
-                dir.display(),
-                changed.join(", ")
-            );
-        }
-        let mut cfg = read_config(&dir.join(CONFIG_FILE))?;
-        if let Some(n) = args.iterations {
-            cfg.iterations = n;
-        }
-        cfg.checkpoint_every = args.checkpoint_every.unwrap_or(cfg.checkpoint_every);
-        cfg.samples_every = args.samples_every.unwrap_or(cfg.samples_every);
-        cfg.resolve();
-        cfg.validate()?;
-        return Ok((cfg, dir.clone(), true));
-    }
-    let mut cfg = match &args.config {
-        Some(p) => read_config(p)?,
-        None => RunConfig::default(),
-    };
-    args.apply(&mut cfg);
-    cfg.resolve();
-    cfg.validate()?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("runs/gsm8k-{}-{}", cfg.algo.name(), cfg.seed)));
-    Ok((cfg, out, false))
-}
-
-/// Reads a `config.toml` (unknown keys are errors).
-pub fn read_config(path: &Path) -> Result<RunConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("invalid settings in {}", path.display()))
-}
-
-/// How a training run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Finished,
-    Interrupted,
+    Ok(lmrl_runs::resolve_run(
+        &args.run,
+        &args.ppo,
+        args.changes_settings(),
+        |cfg| args.apply(cfg),
+    )?)
 }
 
 /// LoRA runs only: burn's record of the whole adapted policy with its value head (frozen base,
@@ -180,14 +125,14 @@ pub fn train(
 ) -> Result<Outcome> {
     let (ckpts, latest) = lmrl_runs::open_run(out, resume, cfg.checkpoint_every)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_toml(&out.join(CONFIG_FILE), cfg)?;
+    write_toml(&out.join(lmrl_runs::CONFIG_FILE), cfg)?;
 
-    let cache = setup::asset_cache(cache_dir)?;
+    let cache = lmrl_runs::asset_cache(cache_dir)?;
     let device = crate::select_device();
     device.seed(cfg.seed);
     let train_device = device.clone().autodiff();
-    let model_path = setup::resolve_path_or_asset(&cache, &cfg.model)?;
-    let (tok, model_config) = setup::load_tokenizer(&model_path)?;
+    let model_path = lmrl_runs::resolve_path_or_asset(&cache, &cfg.model)?;
+    let (tok, model_config) = lmrl_runs::load_tokenizer(&model_path)?;
     let problems = setup::load_problems(&cache, &cfg.data, cfg.data_format)?;
     let dataset = setup::source_name(&problems);
     let (train_p, test_p) =
@@ -234,7 +179,7 @@ pub fn train(
         order: DataOrder::new(train.len(), cfg.batch_size, cfg.seed),
         ppo: ppo.clone(),
         eos: tok.eos_token_id().or(model_config.eos_token_id()),
-        pad_id: setup::pad_id(&tok, &model_config),
+        pad_id: lmrl_runs::pad_id(&tok, &model_config),
         tok,
         train,
         test,
@@ -273,25 +218,11 @@ pub fn train(
         Some((_, dir)) => restore(&env, &base, dir)?,
     };
     drop(base);
-    if start >= cfg.iterations {
-        eprintln!(
-            "{} already has {start} iterations (asked for {}): nothing to do",
-            out.display(),
-            cfg.iterations
-        );
+    if !lmrl_runs::announce_start(out, start, cfg.iterations, resume) {
         finish(&env, out, &learner, eval_rows)?;
         return Ok(Outcome::Finished);
     }
-    if resume {
-        eprintln!(
-            "resuming {} at iteration {start} of {}",
-            out.display(),
-            cfg.iterations
-        );
-    }
-    let resume_from = resume.then_some(start);
-    let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
-    let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+    let (mut metrics, mut samples) = lmrl_runs::open_logs(out, resume.then_some(start))?;
 
     for it in start..cfg.iterations {
         let t0 = Instant::now();
@@ -314,19 +245,17 @@ pub fn train(
         eprintln!("{line} {secs:.1} s");
         let done = it + 1;
         let interrupted = lmrl_runs::interrupted();
-        if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
+        if lmrl_runs::checkpoint_due(done, cfg.checkpoint_every, cfg.iterations, interrupted) {
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
-            eprintln!(
-                "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
-                 gsm8k-app --resume {} --iterations {}",
-                ckpts.path_for(done).display(),
-                out.display(),
-                cfg.iterations
-            );
-            draw(out)?;
-            return Ok(Outcome::Interrupted);
+            return Ok(lmrl_runs::stop_interrupted(
+                "gsm8k-app",
+                &ckpts,
+                out,
+                done,
+                cfg.iterations,
+            )?);
         }
     }
     finish(&env, out, &learner, eval_rows)?;
@@ -390,14 +319,6 @@ fn write_eval(out: &Path, rows: &[EvalRow]) -> Result<()> {
     Ok(())
 }
 
-fn draw(out: &Path) -> Result<()> {
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    if !rows.is_empty() {
-        lmrl_runs::plot_run(&rows, out)?;
-    }
-    Ok(())
-}
-
 #[derive(Serialize)]
 struct Summary {
     iterations: usize,
@@ -422,26 +343,12 @@ fn finish(env: &Env, out: &Path, learner: &Learner, mut eval_rows: Vec<EvalRow>)
             markdown(&eval_rows)
         );
     }
-    draw(out)?;
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    let last = rows.iter().map(|r| r.iteration).max();
-    let final_rows = rows
-        .iter()
-        .filter(|r| Some(r.iteration) == last)
-        .cloned()
-        .collect();
-    let s = Summary {
+    Ok(lmrl_runs::finish_run(out, |final_rows| Summary {
         iterations: env.cfg.iterations,
         dataset: env.dataset,
         final_rows,
         eval: eval_rows,
-    };
-    atomic_write(
-        &out.join(SUMMARY_FILE),
-        serde_json::to_string_pretty(&s)?.as_bytes(),
-    )?;
-    eprintln!("done: results in {}", out.display());
-    Ok(())
+    })?)
 }
 
 /// Writes one copy's weights into `d` as a Hugging Face checkpoint (LoRA adapters merged into
@@ -494,13 +401,7 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: us
 
 /// What this run trains, with what a CORY trainer is built from.
 fn learner_kind(env: &Env) -> LearnerKind {
-    match env.cfg.algo {
-        Algo::Ppo => LearnerKind::Ppo,
-        Algo::Cory => LearnerKind::Cory {
-            config: cory_config(&env.cfg),
-            reference: Box::new(env.reference.clone()),
-        },
-    }
+    LearnerKind::new(env.cfg.algo, cory_config(&env.cfg), &env.reference)
 }
 
 /// Rebuilds the learner from a checkpoint exactly ([`Learner::restore`]); `base` is the run's
@@ -543,15 +444,13 @@ fn generate(
     prompts: &[Vec<u32>],
     base: &GenerationConfig,
 ) -> Result<Vec<Vec<u32>>> {
-    let mut out = Vec::with_capacity(prompts.len());
-    for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
-        let gcfg = GenerationConfig {
-            seed: mix(&[base.seed, k as u64]),
-            ..base.clone()
-        };
-        out.extend(agent.generate(chunk, &gcfg)?.tokens);
-    }
-    Ok(out)
+    Ok(generate_chunked(
+        agent,
+        prompts,
+        base,
+        env.cfg.generation_batch_size,
+        |_| {},
+    )?)
 }
 
 /// Decoded responses without special tokens (the EOS marker is not part of the answer).
@@ -572,10 +471,6 @@ fn rewards(batch: &[&Task], texts: &[String], it: usize) -> Result<Vec<f32>> {
                 .with_context(|| format!("answer check failed on iteration {it}"))
         })
         .collect()
-}
-
-fn mean(xs: &[f32]) -> f64 {
-    xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
 #[derive(Serialize)]
@@ -818,16 +713,7 @@ fn cory_iteration(
             &t.observer_rewards,
         )?;
     }
-    // `stats.agents` is [llm1, llm2]: rows sorted by agent name.
-    Ok(stats
-        .agents
-        .iter()
-        .map(|m| {
-            let (own, role) = match m.role {
-                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
-                Role::Observer => (&t.observer_rewards, "observer"),
-            };
-            metric_row(it, m.llm, role, mean(own), &m.ppo, None)
-        })
-        .collect())
+    // `stats.agents` is [llm1, llm2]: rows sorted by agent name. The plain-query measurement is
+    // off (`cory_config`), so the `pioneer_*` columns repeat the training-role values.
+    Ok(cory_rows(it, &stats))
 }

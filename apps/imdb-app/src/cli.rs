@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use lmrl_runs::{PpoArgs, RunArgs};
 
 use crate::config::{Algo, RunConfig};
 
@@ -35,12 +36,26 @@ pub enum Command {
     Sweep(SweepArgs),
 }
 
+/// How `--help` describes `cory` among the algorithms.
+const CORY_HELP: &str =
+    "CORY: a pioneer and an observer copy trained on a shared reward, swapping roles";
+
 /// Training settings. Unset flags keep the value of `--config` (or the built-in default).
 #[derive(Debug, Args, Clone, Default)]
+#[command(
+    mut_arg("algo", |a| a.value_parser(Algo::parser_with_cory_help(CORY_HELP))),
+    mut_arg("seed", |a| a.help(
+        "Random seed (data order, prompt lengths, sampling, value-head init, minibatches)"
+    )),
+    mut_arg("score_norm", |a| a.help(
+        "Normalise scores with running mean/std (`true`/`false`; default: on for CORY, off for \
+         PPO, as the reference scripts do)"
+    )),
+    mut_arg("out", |a| a.help("Output directory (default: runs/imdb-<algo>-<seed>)"))
+)]
 pub struct TrainArgs {
-    /// Algorithm: `ppo` (one policy) or `cory` (pioneer + observer with role exchange).
-    #[arg(long, value_enum)]
-    pub algo: Option<Algo>,
+    #[command(flatten)]
+    pub ppo: PpoArgs,
     /// Policy model: a Hugging Face directory (config.json + model.safetensors [+ tokenizer]),
     /// a `.gguf` file, or a named asset (`smollm2-135m`).
     #[arg(long)]
@@ -54,151 +69,63 @@ pub struct TrainArgs {
     /// directory, or a named asset (`imdb-sample`, `pang-lee`). Repeat to combine sources.
     #[arg(long = "data")]
     pub data: Vec<String>,
-    /// Total number of iterations (with `--resume`: the total to reach, counting those done).
-    #[arg(long)]
-    pub iterations: Option<usize>,
-    /// Prompts per iteration (PPO batch).
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Samples per gradient step; must divide the batch size.
-    #[arg(long)]
-    pub mini_batch_size: Option<usize>,
-    /// PPO epochs over each batch.
-    #[arg(long)]
-    pub ppo_epochs: Option<usize>,
-    /// Adam learning rate.
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// Initial KL coefficient β.
-    #[arg(long)]
-    pub init_kl_coef: Option<f64>,
-    /// Target KL (nats per response) of the adaptive β controller.
-    #[arg(long, conflicts_with = "fixed_kl")]
-    pub target_kl: Option<f64>,
-    /// Keep β fixed at `--init-kl-coef` (no adaptive controller).
-    #[arg(long)]
-    pub fixed_kl: bool,
     /// Weight of the value loss (TRL `vf_coef`); the value head shares the policy's trunk.
     #[arg(long)]
     pub vf_coef: Option<f64>,
     /// How the value head starts: `default` (TRL: PyTorch's uniform init) or `zeros`.
     #[arg(long, value_parser = parse_head_init)]
     pub value_head_init: Option<lmrl_models::ValueHeadInit>,
-    /// CORY: exchange pioneer and observer roles every this many iterations.
-    #[arg(long)]
-    pub swap_period: Option<usize>,
-    /// Random seed (data order, prompt lengths, sampling, value-head init, minibatches).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Output directory (default: runs/imdb-<algo>-<seed>).
-    #[arg(long, conflicts_with = "resume")]
-    pub out: Option<PathBuf>,
-    /// TOML file with settings (keys of config.toml); flags override it.
-    #[arg(long, conflicts_with = "resume")]
-    pub config: Option<PathBuf>,
-    /// Continue the run in DIR from its latest checkpoint, writing into DIR, up to
-    /// `--iterations` in total. Other settings come from DIR/config.toml.
-    #[arg(long, value_name = "DIR")]
-    pub resume: Option<PathBuf>,
-    /// Asset cache directory (default: $LMRL_CACHE, $XDG_CACHE_HOME/lmrl or ~/.cache/lmrl).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
-    /// Write a checkpoint every N iterations (and after the last).
-    #[arg(long)]
-    pub checkpoint_every: Option<usize>,
-    /// Log queries and responses every N iterations.
-    #[arg(long)]
-    pub samples_every: Option<usize>,
     /// Smallest response length in tokens (drawn once per batch from MIN..=MAX).
     #[arg(long)]
     pub response_tokens_min: Option<usize>,
     /// Largest response length in tokens.
     #[arg(long)]
     pub response_tokens_max: Option<usize>,
-    /// Normalise scores with running mean/std (`true`/`false`; default: on for CORY, off for
-    /// PPO, as the reference scripts do).
-    #[arg(long)]
-    pub score_norm: Option<bool>,
-    /// CORY: reset Adam, β and the score normaliser at every role exchange, as the reference
-    /// code's reload does (paper Algorithm 1 swaps weights only).
-    #[arg(long)]
-    pub reset_state_on_swap: bool,
     /// CORY: also measure each copy answering the plain query (pioneer format).
     #[arg(long)]
     pub pioneer_format_metrics: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 impl TrainArgs {
-    /// Whether any setting that changes what a run computes was given (only `--iterations`
-    /// and `--cache-dir` may accompany `--resume`).
+    /// The app's own flags that change what a run computes which were given (the shared ones
+    /// are [`PpoArgs::changes_settings`]).
     pub fn changes_settings(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let mut flag = |set: bool, name| {
-            if set {
-                v.push(name)
-            }
-        };
-        flag(self.algo.is_some(), "--algo");
-        flag(self.model.is_some(), "--model");
-        flag(self.reward.is_some(), "--reward");
-        flag(!self.data.is_empty(), "--data");
-        flag(self.batch_size.is_some(), "--batch-size");
-        flag(self.mini_batch_size.is_some(), "--mini-batch-size");
-        flag(self.ppo_epochs.is_some(), "--ppo-epochs");
-        flag(self.lr.is_some(), "--lr");
-        flag(self.init_kl_coef.is_some(), "--init-kl-coef");
-        flag(self.target_kl.is_some(), "--target-kl");
-        flag(self.fixed_kl, "--fixed-kl");
-        flag(self.vf_coef.is_some(), "--vf-coef");
-        flag(self.value_head_init.is_some(), "--value-head-init");
-        flag(self.swap_period.is_some(), "--swap-period");
-        flag(self.seed.is_some(), "--seed");
-        flag(self.response_tokens_min.is_some(), "--response-tokens-min");
-        flag(self.response_tokens_max.is_some(), "--response-tokens-max");
-        flag(self.score_norm.is_some(), "--score-norm");
-        flag(self.reset_state_on_swap, "--reset-state-on-swap");
-        flag(self.pioneer_format_metrics, "--pioneer-format-metrics");
-        v
+        let set = [
+            (self.model.is_some(), "--model"),
+            (self.reward.is_some(), "--reward"),
+            (!self.data.is_empty(), "--data"),
+            (self.vf_coef.is_some(), "--vf-coef"),
+            (self.value_head_init.is_some(), "--value-head-init"),
+            (self.response_tokens_min.is_some(), "--response-tokens-min"),
+            (self.response_tokens_max.is_some(), "--response-tokens-max"),
+            (self.pioneer_format_metrics, "--pioneer-format-metrics"),
+        ];
+        lmrl_runs::args::given(set)
     }
 
-    /// Applies the given flags on top of `cfg`.
+    /// Applies the app's own flags, `--lr` and `--score-norm` on top of `cfg`.
     pub fn apply(&self, cfg: &mut RunConfig) {
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = self.$f.clone() { cfg.$f = v; } )* };
         }
         set!(
-            algo,
             model,
             reward,
-            iterations,
-            batch_size,
-            mini_batch_size,
-            ppo_epochs,
-            lr,
-            init_kl_coef,
-            swap_period,
             vf_coef,
             value_head_init,
-            seed,
-            checkpoint_every,
-            samples_every,
             response_tokens_min,
             response_tokens_max
         );
         if !self.data.is_empty() {
             cfg.data = self.data.clone();
         }
-        if let Some(t) = self.target_kl {
-            cfg.target_kl = Some(t);
+        if let Some(lr) = self.ppo.lr {
+            cfg.lr = lr;
         }
-        if self.fixed_kl {
-            cfg.target_kl = None;
-        }
-        if self.score_norm.is_some() {
-            cfg.score_norm = self.score_norm;
-        }
-        if self.reset_state_on_swap {
-            cfg.reset_state_on_swap = true;
+        if self.ppo.score_norm.is_some() {
+            cfg.score_norm = self.ppo.score_norm;
         }
         if self.pioneer_format_metrics {
             cfg.pioneer_format_metrics = true;
@@ -264,7 +191,12 @@ pub struct GenerateArgs {
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// Algorithms to compare (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Algo::Ppo, Algo::Cory])]
+    #[arg(
+        long,
+        value_parser = Algo::parser_with_cory_help(CORY_HELP),
+        value_delimiter = ',',
+        default_values = [Algo::Ppo.name(), Algo::Cory.name()]
+    )]
     pub algos: Vec<Algo>,
     /// Initial KL coefficients (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = [0.05, 0.3])]
@@ -280,4 +212,18 @@ pub struct SweepArgs {
     /// `--init-kl-coef`, `--seed` and `--resume` are set by the sweep itself.
     #[command(flatten)]
     pub common: TrainArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// The per-app help texts of shared flags (`mut_arg`) name flags that exist, and clap's
+    /// own consistency checks pass.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

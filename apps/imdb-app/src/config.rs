@@ -1,16 +1,10 @@
 //! The run's configuration: embedded defaults, overridden by `--config FILE`, overridden by
 //! flags. The fully resolved value is written to `<out>/config.toml`.
+pub use lmrl_runs::Algo;
+use lmrl_runs::{
+    ConfigError, RunConfigFile, SharedSettingsMut, check_batching, check_cadence, check_positive,
+};
 use serde::{Deserialize, Serialize};
-
-/// Which algorithm trains the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Algo {
-    /// One policy trained with PPO (TRL's `PPOTrainer.step`).
-    Ppo,
-    /// CORY: a pioneer and an observer copy trained on a shared reward, swapping roles.
-    Cory,
-}
 
 /// Everything that decides what a run computes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,52 +106,32 @@ impl Default for RunConfig {
     }
 }
 
-/// A setting that contradicts another, or is out of range.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid setting `{field}`: {reason}")]
-pub struct ConfigError {
-    pub field: &'static str,
-    pub reason: String,
+impl RunConfig {
+    /// `score_norm` after [`RunConfigFile::resolve`].
+    pub fn score_norm(&self) -> bool {
+        self.score_norm.unwrap_or(self.algo == Algo::Cory)
+    }
 }
 
-impl RunConfig {
+impl RunConfigFile for RunConfig {
+    const APP: &'static str = "imdb";
+
     /// Fills the settings whose default depends on others (see [`RunConfig::score_norm`]).
-    pub fn resolve(&mut self) {
+    fn resolve(&mut self) {
         if self.score_norm.is_none() {
             self.score_norm = Some(self.algo == Algo::Cory);
         }
     }
 
-    /// `score_norm` after [`RunConfig::resolve`].
-    pub fn score_norm(&self) -> bool {
-        self.score_norm.unwrap_or(self.algo == Algo::Cory)
-    }
-
-    /// Rejects contradictory or meaningless settings before any work starts.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         let err = |field, reason: String| Err(ConfigError { field, reason });
-        if self.batch_size == 0 {
-            return err("batch_size", "must be at least 1".into());
-        }
-        if self.mini_batch_size == 0 || self.mini_batch_size > self.batch_size {
-            return err(
-                "mini_batch_size",
-                format!("must be in 1..={} (the batch size)", self.batch_size),
-            );
-        }
-        let per_step = self.mini_batch_size * self.gradient_accumulation_steps;
-        if self.gradient_accumulation_steps == 0 || !self.batch_size.is_multiple_of(per_step) {
-            return err(
-                "gradient_accumulation_steps",
-                format!(
-                    "batch_size {} must be a multiple of mini_batch_size × gradient_accumulation_steps = {per_step}",
-                    self.batch_size
-                ),
-            );
-        }
-        if self.algo == Algo::Cory && self.swap_period == 0 {
-            return err("swap_period", "must be at least 1 for CORY".into());
-        }
+        check_batching(
+            self.algo,
+            self.batch_size,
+            self.mini_batch_size,
+            self.gradient_accumulation_steps,
+            self.swap_period,
+        )?;
         if self.prompt_tokens_min == 0 || self.prompt_tokens_min > self.prompt_tokens_max {
             return err(
                 "prompt_tokens_min",
@@ -173,9 +147,7 @@ impl RunConfig {
         if self.iterations == 0 || self.ppo_epochs == 0 {
             return err("iterations", "iterations and ppo_epochs must be ≥ 1".into());
         }
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return err("lr", format!("must be a positive number, got {}", self.lr));
-        }
+        check_positive("lr", self.lr)?;
         if !(self.vf_coef >= 0.0 && self.vf_coef.is_finite()) {
             return err(
                 "vf_coef",
@@ -185,19 +157,14 @@ impl RunConfig {
         if self.init_kl_coef.is_nan() || self.init_kl_coef < 0.0 {
             return err("init_kl_coef", "must be ≥ 0".into());
         }
-        if self.checkpoint_every == 0 || self.samples_every == 0 || self.keep_checkpoints == 0 {
-            return err(
-                "checkpoint_every",
-                "checkpoint_every, samples_every and keep_checkpoints must be ≥ 1".into(),
-            );
-        }
-        if self.generation_batch_size == 0 {
-            return err("generation_batch_size", "must be at least 1".into());
-        }
-        if let Some(t) = self.target_kl
-            && !(t > 0.0 && t.is_finite())
-        {
-            return err("target_kl", format!("must be a positive number, got {t}"));
+        check_cadence(
+            self.checkpoint_every,
+            self.samples_every,
+            self.keep_checkpoints,
+            self.generation_batch_size,
+        )?;
+        if let Some(t) = self.target_kl {
+            check_positive("target_kl", t)?;
         }
         if self.repetition_penalty.is_nan() || self.repetition_penalty <= 0.0 {
             return err("repetition_penalty", "must be > 0".into());
@@ -206,6 +173,10 @@ impl RunConfig {
             return err("data", "at least one review source is needed".into());
         }
         Ok(())
+    }
+
+    fn shared_mut(&mut self) -> SharedSettingsMut<'_> {
+        lmrl_runs::shared_settings_mut!(self)
     }
 }
 

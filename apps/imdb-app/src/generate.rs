@@ -7,7 +7,6 @@ use lmrl_models::{GenerationConfig, Sampling, generate, load_causal_lm};
 use lmrl_runs::CheckpointDir;
 
 use crate::cli::GenerateArgs;
-use crate::setup;
 
 /// A run directory → its latest checkpoint's copy `agent` (or `policy` for PPO runs); anything
 /// else is used as given.
@@ -30,13 +29,13 @@ fn model_dir(arg: &str, agent: &str, cache: &lmrl_data::AssetCache) -> Result<Pa
             p.display()
         );
     }
-    setup::resolve_path_or_asset(cache, arg)
+    Ok(lmrl_runs::resolve_path_or_asset(cache, arg)?)
 }
 
 pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
-    let cache = setup::asset_cache(args.cache_dir.as_deref())?;
+    let cache = lmrl_runs::asset_cache(args.cache_dir.as_deref())?;
     let dir = model_dir(&args.model, &args.agent, &cache)?;
-    let (tok, _) = setup::load_tokenizer(&dir)?;
+    let (tok, _) = lmrl_runs::load_tokenizer(&dir)?;
     let device = crate::select_device();
     device.seed(args.seed);
     let lm =

@@ -25,7 +25,7 @@ struct Output {
 }
 
 pub fn run(args: &ScoreArgs) -> Result<ExitCode> {
-    let cache = setup::asset_cache(args.cache_dir.as_deref())?;
+    let cache = lmrl_runs::asset_cache(args.cache_dir.as_deref())?;
     let f = std::fs::File::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
     let mut inputs = Vec::new();

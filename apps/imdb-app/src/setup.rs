@@ -1,61 +1,14 @@
-//! Turning the names in a [`RunConfig`] into things: asset cache, policy path and tokenizer,
-//! reward model, review prompts.
-use std::path::{Path, PathBuf};
+//! Turning the names in a [`RunConfig`] into things: reward model, review prompts (the asset
+//! cache, policy path and tokenizer come from `lmrl_runs`).
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use lmrl_data::{AssetCache, ImdbPrompt, PromptConfig, ReadOptions, Review, build_prompts};
-use lmrl_models::{LmTokenizer, ModelConfig};
+use lmrl_models::LmTokenizer;
 use lmrl_rewards::{DistilBertReward, Reward, RewardError, TextCat, Vader};
 
 use crate::config::RunConfig;
-
-/// The asset cache at `dir`, or the default location.
-pub fn asset_cache(dir: Option<&Path>) -> Result<AssetCache> {
-    Ok(match dir {
-        Some(d) => AssetCache::new(d),
-        None => AssetCache::from_env().context("cannot locate the asset cache")?,
-    })
-}
-
-/// A path on disk if `name` exists, else a named asset resolved (and fetched) by the cache.
-pub fn resolve_path_or_asset(cache: &AssetCache, name: &str) -> Result<PathBuf> {
-    let p = PathBuf::from(name);
-    if p.exists() {
-        return Ok(p);
-    }
-    cache.resolve(name).with_context(|| {
-        format!("`{name}` is neither an existing path nor an asset that could be fetched")
-    })
-}
-
-/// The model's tokenizer, checked against the model's vocabulary: every token id the
-/// tokenizer can produce must be an embedding row of the model.
-pub fn load_tokenizer(model_path: &Path) -> Result<(LmTokenizer, ModelConfig)> {
-    let config = model_config(model_path)?;
-    let tok = LmTokenizer::load_for_model(model_path)
-        .with_context(|| format!("no tokenizer for the model {}", model_path.display()))?;
-    let (tv, mv) = (tok.vocab_size(), config.vocab_size());
-    if tv > mv {
-        bail!(
-            "the tokenizer of {} has {tv} tokens but the model's vocabulary has only {mv}: \
-             they do not belong together",
-            model_path.display()
-        );
-    }
-    Ok((tok, config))
-}
-
-/// The model's configuration without loading its weights.
-pub fn model_config(path: &Path) -> Result<ModelConfig> {
-    if path.is_file() {
-        let file = lmrl_models::GgufFile::open(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let v = lmrl_models::gguf::llama_hf_config_json(&file.meta)?;
-        return Ok(ModelConfig::from_hf_json(path, &v)?);
-    }
-    Ok(ModelConfig::from_file(&path.join("config.json"))?)
-}
 
 /// A reward by name: `textcat`, `vader`, or `distilbert:DIR` (also `distilbert=DIR`).
 pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Box<dyn Reward>> {
@@ -114,7 +67,7 @@ pub fn load_prompts(
 ) -> Result<Vec<ImdbPrompt>> {
     let mut reviews: Vec<Review> = Vec::new();
     for src in &cfg.data {
-        let path = resolve_path_or_asset(cache, src)?;
+        let path = lmrl_runs::resolve_path_or_asset(cache, src)?;
         let report = lmrl_data::read_reviews(&path, None, ReadOptions::skip_bad_rows())
             .with_context(|| format!("cannot read reviews from {}", path.display()))?;
         if report.skipped_count() > 0 {

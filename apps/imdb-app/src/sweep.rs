@@ -6,19 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use lmrl_runs::{
-    CurveGroup, FrontierPoint, MetricRow, atomic_write, plot_curves, plot_frontier, read_rows,
+    CurveGroup, FrontierPoint, MetricRow, Outcome, SUMMARY_FILE, atomic_write, plot_curves,
+    plot_frontier, read_rows,
 };
 
 use crate::cli::{SweepArgs, TrainArgs};
-use crate::config::Algo;
-use crate::train::{self, Outcome, SUMMARY_FILE};
-
-fn algo_name(a: Algo) -> &'static str {
-    match a {
-        Algo::Ppo => "ppo",
-        Algo::Cory => "cory",
-    }
-}
+use crate::train;
 
 fn finished(dir: &Path, iterations: usize) -> bool {
     std::fs::read_to_string(dir.join(SUMMARY_FILE))
@@ -95,12 +88,20 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
 
 pub fn run(args: &SweepArgs) -> Result<ExitCode> {
     let c = &args.common;
-    if c.resume.is_some() || c.algo.is_some() || c.init_kl_coef.is_some() || c.seed.is_some() {
+    if c.run.resume.is_some()
+        || c.ppo.algo.is_some()
+        || c.ppo.init_kl_coef.is_some()
+        || c.ppo.seed.is_some()
+    {
         bail!(
             "sweep sets --algo, --init-kl-coef, --seed and --resume itself; use --algos, --init-kl-coefs, --seeds"
         );
     }
-    let root = c.out.clone().unwrap_or_else(|| PathBuf::from("runs/sweep"));
+    let root = c
+        .run
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs/sweep"));
     std::fs::create_dir_all(&root)?;
     let mut points = Vec::new();
     let mut curves: [Vec<CurveGroup>; 3] = Default::default();
@@ -110,12 +111,12 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
             let mut rewards = Vec::new();
             let mut kls = Vec::new();
             for &seed in &args.seeds {
-                let dir = root.join(format!("{}-kl{kl}-seed{seed}", algo_name(algo)));
+                let dir = root.join(format!("{}-kl{kl}-seed{seed}", algo.name()));
                 let mut a: TrainArgs = c.clone();
-                a.algo = Some(algo);
-                a.init_kl_coef = Some(kl);
-                a.seed = Some(seed);
-                a.out = Some(dir.clone());
+                a.ppo.algo = Some(algo);
+                a.ppo.init_kl_coef = Some(kl);
+                a.ppo.seed = Some(seed);
+                a.run.out = Some(dir.clone());
                 let (cfg, _, _) = train::resolve(&a)?;
                 if finished(&dir, cfg.iterations) {
                     eprintln!("sweep: {} finished, skipped", dir.display());
@@ -128,7 +129,7 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
                         std::fs::remove_dir_all(&dir)?;
                     }
                     eprintln!("sweep: training {}", dir.display());
-                    match train::train(&cfg, &dir, resume, c.cache_dir.as_deref())? {
+                    match train::train(&cfg, &dir, resume, c.run.cache_dir.as_deref())? {
                         Outcome::Finished => {}
                         Outcome::Interrupted => {
                             eprintln!("sweep interrupted; rerun the same command to continue");
@@ -137,9 +138,9 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
                     }
                 }
                 let setting = if args.init_kl_coefs.len() > 1 {
-                    format!("{} β₀={kl}", algo_name(algo))
+                    format!("{} β₀={kl}", algo.name())
                 } else {
-                    algo_name(algo).to_string()
+                    algo.name().to_string()
                 };
                 add_curves(&mut curves, &setting, &read_rows(&dir.join("metrics.csv"))?);
                 let (r, k) = tail_point(&dir, args.tail)?;
@@ -150,11 +151,11 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
             let (km, ks) = mean_std(&kls);
             csv.push_str(&format!(
                 "{},{kl},{},{rm},{rs},{km},{ks}\n",
-                algo_name(algo),
+                algo.name(),
                 args.seeds.len()
             ));
             points.push(FrontierPoint {
-                label: algo_name(algo).into(),
+                label: algo.name().into(),
                 kl_mean: km,
                 kl_std: ks,
                 reward_mean: rm,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,14 +17,14 @@ use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
 use lmrl_runs::{
-    CheckpointDir, Learner, LearnerKind, MetricRow, MetricsLog, POLICY, SamplesLog, atomic_write,
-    metric_row, write_toml,
+    CheckpointDir, Learner, LearnerKind, MetricRow, Outcome, POLICY, SamplesLog, cory_rows,
+    generate_chunked, mean, metric_row, write_toml,
 };
 use rand::Rng;
 use serde::Serialize;
 
 use crate::cli::TrainArgs;
-use crate::config::{Algo, RunConfig};
+use crate::config::RunConfig;
 use crate::setup;
 use crate::state::{DataOrder, iter_rng, stream};
 
@@ -41,80 +41,22 @@ fn add_phase(i: usize, secs: f64) {
     });
 }
 
-/// `config.toml` of a run directory.
-pub const CONFIG_FILE: &str = "config.toml";
-/// Written when a run has reached its iteration count.
-pub const SUMMARY_FILE: &str = "summary.json";
-
 /// Resolves the configuration from defaults, `--config`, flags (or the run being resumed) and
 /// trains. Exit code 0 when done, 130 when stopped by Ctrl-C, 2 for invalid settings.
 pub fn run_cli(args: &TrainArgs) -> Result<ExitCode> {
-    let (cfg, out, resume) = match resolve(args) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    lmrl_runs::install_ctrlc();
-    let outcome = train(&cfg, &out, resume, args.cache_dir.as_deref())?;
-    Ok(match outcome {
-        Outcome::Finished => ExitCode::SUCCESS,
-        Outcome::Interrupted => ExitCode::from(130),
+    lmrl_runs::run_training(resolve(args), |(cfg, out, resume)| {
+        train(&cfg, &out, resume, args.run.cache_dir.as_deref())
     })
 }
 
 /// The run's configuration, output directory and whether it resumes.
 pub fn resolve(args: &TrainArgs) -> Result<(RunConfig, PathBuf, bool)> {
-    if let Some(dir) = &args.resume {
-        let changed = args.changes_settings();
-        if !changed.is_empty() {
-            bail!(
-                "--resume continues {} with its own config.toml; only --iterations and \
-                 --cache-dir may be given, not {}",
-                dir.display(),
-                changed.join(", ")
-            );
-        }
-        let mut cfg = read_config(&dir.join(CONFIG_FILE))?;
-        if let Some(n) = args.iterations {
-            cfg.iterations = n;
-        }
-        cfg.checkpoint_every = args.checkpoint_every.unwrap_or(cfg.checkpoint_every);
-        cfg.samples_every = args.samples_every.unwrap_or(cfg.samples_every);
-        cfg.resolve();
-        cfg.validate()?;
-        return Ok((cfg, dir.clone(), true));
-    }
-    let mut cfg = match &args.config {
-        Some(p) => read_config(p)?,
-        None => RunConfig::default(),
-    };
-    args.apply(&mut cfg);
-    cfg.resolve();
-    cfg.validate()?;
-    let algo = match cfg.algo {
-        Algo::Ppo => "ppo",
-        Algo::Cory => "cory",
-    };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("runs/imdb-{algo}-{}", cfg.seed)));
-    Ok((cfg, out, false))
-}
-
-fn read_config(path: &Path) -> Result<RunConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("invalid settings in {}", path.display()))
-}
-
-/// How a training run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Finished,
-    Interrupted,
+    Ok(lmrl_runs::resolve_run(
+        &args.run,
+        &args.ppo,
+        args.changes_settings(),
+        |cfg| args.apply(cfg),
+    )?)
 }
 
 /// Everything the loop needs that does not change.
@@ -171,14 +113,14 @@ pub fn train(
 ) -> Result<Outcome> {
     let (ckpts, latest) = lmrl_runs::open_run(out, resume, cfg.checkpoint_every)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_toml(&out.join(CONFIG_FILE), cfg)?;
+    write_toml(&out.join(lmrl_runs::CONFIG_FILE), cfg)?;
 
-    let cache = setup::asset_cache(cache_dir)?;
+    let cache = lmrl_runs::asset_cache(cache_dir)?;
     let device = crate::select_device();
     device.seed(cfg.seed);
     let train_device = device.clone().autodiff();
-    let model_path = setup::resolve_path_or_asset(&cache, &cfg.model)?;
-    let (tok, model_config) = setup::load_tokenizer(&model_path)?;
+    let model_path = lmrl_runs::resolve_path_or_asset(&cache, &cfg.model)?;
+    let (tok, model_config) = lmrl_runs::load_tokenizer(&model_path)?;
     let reward = setup::load_reward(&cfg.reward, &cache, &device)?;
     let prompts = setup::load_prompts(cfg, &cache, &tok)?;
     eprintln!(
@@ -193,11 +135,7 @@ pub fn train(
         .with_context(|| format!("cannot load the policy {}", model_path.display()))?;
     let reference = lm.valid();
     let ppo = ppo_config(cfg);
-    let pad_id = tok
-        .pad_token_id()
-        .or(tok.eos_token_id())
-        .or(model_config.eos_token_id())
-        .unwrap_or(0);
+    let pad_id = lmrl_runs::pad_id(&tok, &model_config);
     let env = Env {
         cfg: cfg.clone(),
         order: DataOrder::new(prompts.len(), cfg.batch_size, cfg.seed),
@@ -222,25 +160,11 @@ pub fn train(
         Some((_, dir)) => restore(&env, dir)?,
     };
     drop(lm);
-    if start >= cfg.iterations {
-        eprintln!(
-            "{} already has {start} iterations (asked for {}): nothing to do",
-            out.display(),
-            cfg.iterations
-        );
+    if !lmrl_runs::announce_start(out, start, cfg.iterations, resume) {
         finish(out, cfg)?;
         return Ok(Outcome::Finished);
     }
-    if resume {
-        eprintln!(
-            "resuming {} at iteration {start} of {}",
-            out.display(),
-            cfg.iterations
-        );
-    }
-    let resume_from = resume.then_some(start);
-    let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
-    let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+    let (mut metrics, mut samples) = lmrl_runs::open_logs(out, resume.then_some(start))?;
 
     for it in start..cfg.iterations {
         let t0 = Instant::now();
@@ -264,19 +188,17 @@ pub fn train(
         eprintln!("{line} {secs:.1} s (generate {g:.1}, score {sc:.2}, optimise {o:.1})");
         let done = it + 1;
         let interrupted = lmrl_runs::interrupted();
-        if done.is_multiple_of(cfg.checkpoint_every) || done == cfg.iterations || interrupted {
+        if lmrl_runs::checkpoint_due(done, cfg.checkpoint_every, cfg.iterations, interrupted) {
             save_checkpoint(&env, &ckpts, &learner, done)?;
         }
         if interrupted {
-            eprintln!(
-                "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
-                 imdb-app --resume {} --iterations {}",
-                ckpts.path_for(done).display(),
-                out.display(),
-                cfg.iterations
-            );
-            draw(out)?;
-            return Ok(Outcome::Interrupted);
+            return Ok(lmrl_runs::stop_interrupted(
+                "imdb-app",
+                &ckpts,
+                out,
+                done,
+                cfg.iterations,
+            )?);
         }
     }
     finish(out, cfg)?;
@@ -290,14 +212,6 @@ pub fn has_checkpoint(out: &Path) -> Result<bool> {
         .is_some())
 }
 
-fn draw(out: &Path) -> Result<()> {
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    if !rows.is_empty() {
-        lmrl_runs::plot_run(&rows, out)?;
-    }
-    Ok(())
-}
-
 #[derive(Serialize)]
 struct Summary {
     iterations: usize,
@@ -305,24 +219,10 @@ struct Summary {
 }
 
 fn finish(out: &Path, cfg: &RunConfig) -> Result<()> {
-    draw(out)?;
-    let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
-    let last = rows.iter().map(|r| r.iteration).max();
-    let final_rows = rows
-        .iter()
-        .filter(|r| Some(r.iteration) == last)
-        .cloned()
-        .collect();
-    let s = Summary {
+    Ok(lmrl_runs::finish_run(out, |final_rows| Summary {
         iterations: cfg.iterations,
         final_rows,
-    };
-    atomic_write(
-        &out.join(SUMMARY_FILE),
-        serde_json::to_string_pretty(&s)?.as_bytes(),
-    )?;
-    eprintln!("done: results in {}", out.display());
-    Ok(())
+    })?)
 }
 
 /// Writes checkpoint `done` ([`Learner::save_checkpoint`]): per copy its HF-format weights,
@@ -346,13 +246,7 @@ fn save_checkpoint(env: &Env, ckpts: &CheckpointDir, learner: &Learner, done: us
 
 /// What this run trains, with what a CORY trainer is built from.
 fn learner_kind(env: &Env) -> LearnerKind {
-    match env.cfg.algo {
-        Algo::Ppo => LearnerKind::Ppo,
-        Algo::Cory => LearnerKind::Cory {
-            config: cory_config(&env.cfg),
-            reference: Box::new(env.reference.clone()),
-        },
-    }
+    LearnerKind::new(env.cfg.algo, cory_config(&env.cfg), &env.reference)
 }
 
 /// Rebuilds the learner from a checkpoint exactly ([`Learner::restore`]).
@@ -411,16 +305,9 @@ fn generate(
 ) -> Result<Vec<Vec<u32>>> {
     let t0 = Instant::now();
     let b = bar(prompts.len(), what);
-    let mut out = Vec::with_capacity(prompts.len());
-    for (k, chunk) in prompts.chunks(env.cfg.generation_batch_size).enumerate() {
-        let gcfg = GenerationConfig {
-            seed: crate::state::mix(&[base.seed, k as u64]),
-            ..base.clone()
-        };
-        let g = agent.generate(chunk, &gcfg)?;
-        out.extend(g.tokens);
-        b.inc(chunk.len() as u64);
-    }
+    let out = generate_chunked(agent, prompts, base, env.cfg.generation_batch_size, |n| {
+        b.inc(n as u64)
+    })?;
     b.finish_and_clear();
     add_phase(0, t0.elapsed().as_secs_f64());
     Ok(out)
@@ -445,10 +332,6 @@ fn score(env: &Env, queries: &[&str], responses: &[String], it: usize) -> Result
     b.finish_and_clear();
     add_phase(1, t0.elapsed().as_secs_f64());
     s
-}
-
-fn mean(xs: &[f32]) -> f64 {
-    xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
 #[derive(Serialize)]
@@ -637,20 +520,5 @@ fn cory_iteration(
         }
     }
     // `stats.agents` is [llm1, llm2]: rows sorted by agent name.
-    Ok(stats
-        .agents
-        .iter()
-        .map(|m| {
-            let (own, role) = match m.role {
-                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
-                Role::Observer => (&t.observer_rewards, "observer"),
-            };
-            let plain = m
-                .query_only_reward
-                .zip(m.query_only_kl)
-                .filter(|_| m.role == Role::Observer)
-                .map(|(r, k)| (f64::from(r), f64::from(k)));
-            metric_row(it, m.llm, role, mean(own), &m.ppo, plain)
-        })
-        .collect())
+    Ok(cory_rows(it, &stats))
 }

@@ -26,6 +26,59 @@ pub enum RunError {
     },
     #[error("cannot draw {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
+    #[error("cannot read {path}")]
+    ReadConfig {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `config.toml` that is not TOML, has unknown keys or values of the wrong type.
+    #[error("invalid settings in {path}")]
+    ConfigSyntax {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    /// `--resume` given with flags that would change what the run computes.
+    #[error(
+        "--resume continues {path} with its own config.toml; only --iterations, \
+         --checkpoint-every, --samples-every and --cache-dir may be given, not {flags}"
+    )]
+    ResumeSettings { path: PathBuf, flags: String },
+    #[error(transparent)]
+    Config(#[from] crate::settings::ConfigError),
+    #[error("cannot locate the asset cache")]
+    AssetCache(#[source] lmrl_data::AssetError),
+    #[error("`{name}` is neither an existing path nor an asset that could be fetched")]
+    Asset {
+        name: String,
+        #[source]
+        source: lmrl_data::AssetError,
+    },
+    #[error("cannot read {path}")]
+    ReadModel {
+        path: PathBuf,
+        #[source]
+        source: lmrl_models::ModelError,
+    },
+    #[error("no tokenizer for the model {path}")]
+    Tokenizer {
+        path: PathBuf,
+        #[source]
+        source: lmrl_models::ModelError,
+    },
+    /// A tokenizer that can produce ids past the model's embedding table.
+    #[error(
+        "the tokenizer of {path} has {tokenizer} tokens but the model's vocabulary has only \
+         {model}: they do not belong together"
+    )]
+    VocabularyMismatch {
+        path: PathBuf,
+        tokenizer: usize,
+        model: usize,
+    },
+    #[error(transparent)]
+    Model(#[from] lmrl_models::ModelError),
 }
 
 pub type Result<T, E = RunError> = std::result::Result<T, E>;

@@ -7,16 +7,17 @@ use std::fmt::Debug;
 use std::path::Path;
 
 use burn::tensor::Device;
-use lmrl_models::{CausalLm, LmWithValueHead};
+use lmrl_models::{CausalLm, GenerationConfig, LmWithValueHead};
 use lmrl_rl::ppo::{PpoAgent, PpoConfig, PpoStats};
-use lmrl_rl::{CoryConfig, CoryTrainer, Role};
+use lmrl_rl::{CoryConfig, CoryIterationStats, CoryTrainer, Role};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::args::Algo;
 use crate::checkpoint::{CheckpointDir, FillError};
 use crate::error::{Result, RunError};
-use crate::metrics::MetricRow;
-use crate::run_state::{AgentState, STATE_FORMAT, TrainState};
+use crate::metrics::{MetricRow, mean};
+use crate::run_state::{AgentState, STATE_FORMAT, TrainState, mix};
 
 /// Checkpoint subdirectory of the PPO policy.
 pub const POLICY: &str = "policy";
@@ -35,6 +36,20 @@ pub enum LearnerKind {
         /// The frozen reference model the KL penalty is measured against.
         reference: Box<CausalLm>,
     },
+}
+
+impl LearnerKind {
+    /// What `algo` trains: for CORY, a trainer with `config` measuring KL against (a copy of)
+    /// `reference`.
+    pub fn new(algo: Algo, config: CoryConfig, reference: &CausalLm) -> Self {
+        match algo {
+            Algo::Ppo => LearnerKind::Ppo,
+            Algo::Cory => LearnerKind::Cory {
+                config,
+                reference: Box::new(reference.clone()),
+            },
+        }
+    }
 }
 
 impl Learner {
@@ -179,6 +194,51 @@ impl Learner {
         };
         Ok((learner, state.completed_iterations))
     }
+}
+
+/// The metrics rows of a CORY iteration, `[llm1, llm2]`: each copy's task reward is the batch
+/// mean reward of its own responses in its training role; an observer's plain-query (pioneer
+/// format) reward and KL fill the `pioneer_*` columns when the trainer measured them.
+pub fn cory_rows(it: usize, stats: &CoryIterationStats) -> Vec<MetricRow> {
+    let t = &stats.texts;
+    stats
+        .agents
+        .iter()
+        .map(|m| {
+            let (own, role) = match m.role {
+                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
+                Role::Observer => (&t.observer_rewards, "observer"),
+            };
+            let plain = m
+                .query_only_reward
+                .zip(m.query_only_kl)
+                .filter(|_| m.role == Role::Observer)
+                .map(|(r, k)| (f64::from(r), f64::from(k)));
+            metric_row(it, m.llm, role, mean(own), &m.ppo, plain)
+        })
+        .collect()
+}
+
+/// Samples responses to `prompts` in chunks of `chunk_size`; chunk `k` uses the seed
+/// `mix(base.seed, k)`, so the result depends only on the arguments (exact resume).
+/// `progress(n)` is called after each chunk of `n` prompts.
+pub fn generate_chunked(
+    agent: &PpoAgent,
+    prompts: &[Vec<u32>],
+    base: &GenerationConfig,
+    chunk_size: usize,
+    mut progress: impl FnMut(usize),
+) -> lmrl_rl::Result<Vec<Vec<u32>>> {
+    let mut out = Vec::with_capacity(prompts.len());
+    for (k, chunk) in prompts.chunks(chunk_size).enumerate() {
+        let cfg = GenerationConfig {
+            seed: mix(&[base.seed, k as u64]),
+            ..base.clone()
+        };
+        out.extend(agent.generate(chunk, &cfg)?.tokens);
+        progress(chunk.len());
+    }
+    Ok(out)
 }
 
 /// One metrics row of an agent's PPO step. `task` is the batch mean of r(q, y) of the agent's

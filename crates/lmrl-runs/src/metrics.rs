@@ -123,6 +123,21 @@ pub fn read_rows(path: &Path) -> Result<Vec<MetricRow>> {
         .collect()
 }
 
+/// The rows of the last iteration in `rows` (one per agent): a run's final state in its
+/// summary.
+pub fn final_rows(rows: &[MetricRow]) -> Vec<MetricRow> {
+    let last = rows.iter().map(|r| r.iteration).max();
+    rows.iter()
+        .filter(|r| Some(r.iteration) == last)
+        .cloned()
+        .collect()
+}
+
+/// The mean of a batch's rewards (0 for an empty batch), in f64 as the metrics columns.
+pub fn mean(xs: &[f32]) -> f64 {
+    xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
+}
+
 fn csv_err(path: &Path, e: csv::Error) -> RunError {
     RunError::Format {
         path: path.to_path_buf(),

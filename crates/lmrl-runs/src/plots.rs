@@ -47,6 +47,16 @@ pub fn plot_run(rows: &[MetricRow], dir: &Path) -> Result<()> {
     )
 }
 
+/// Redraws the plots of run directory `out` from its `metrics.csv` ([`plot_run`]); nothing
+/// when it has no rows yet.
+pub fn draw_run(out: &Path) -> Result<()> {
+    let rows = crate::metrics::read_rows(&out.join("metrics.csv"))?;
+    if !rows.is_empty() {
+        plot_run(&rows, out)?;
+    }
+    Ok(())
+}
+
 fn by_agent(rows: &[MetricRow], xy: impl Fn(&MetricRow) -> (f64, f64)) -> Vec<Series> {
     let mut m: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for r in rows {

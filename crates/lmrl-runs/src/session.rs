@@ -2,11 +2,21 @@
 //! directory's checkpoints decide whether `--resume` has something to continue (and a fresh run
 //! refuses to overwrite an earlier one), and the first Ctrl-C asks the loop to stop after the
 //! current iteration, with a checkpoint, so the run can be resumed exactly.
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
 
 use crate::checkpoint::CheckpointDir;
 use crate::error::{Result, RunError};
+use crate::files::atomic_write;
+use crate::metrics::{MetricRow, MetricsLog, SamplesLog, final_rows, read_rows};
+use crate::plots::draw_run;
+
+/// Written when a run has reached its iteration count.
+pub const SUMMARY_FILE: &str = "summary.json";
 
 /// Set by the first Ctrl-C: the loop finishes the current iteration, checkpoints and stops.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -30,6 +40,112 @@ pub fn install_ctrlc() {
 /// Whether Ctrl-C has asked the run to stop after the current iteration.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// How a training run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    Interrupted,
+}
+
+impl Outcome {
+    /// 0 when done, 130 (the shell's code for SIGINT) when stopped by Ctrl-C.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Finished => ExitCode::SUCCESS,
+            Outcome::Interrupted => ExitCode::from(130),
+        }
+    }
+}
+
+/// A training command from its resolved settings to its exit code: settings that could not be
+/// resolved are printed (`error: …`, with their causes) and exit with 2, like a bad flag;
+/// otherwise Ctrl-C is installed and `train` runs, its [`Outcome`] giving the code. Errors of
+/// `train` itself are returned.
+pub fn run_training<T, R: Display, E>(
+    resolved: std::result::Result<T, R>,
+    train: impl FnOnce(T) -> std::result::Result<Outcome, E>,
+) -> std::result::Result<ExitCode, E> {
+    let settings = match resolved {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    install_ctrlc();
+    Ok(train(settings)?.exit_code())
+}
+
+/// Whether iteration `done` (counted from 1) of `total` ends with a checkpoint: every
+/// `every` iterations, after the last, and when Ctrl-C asked to stop.
+pub fn checkpoint_due(done: usize, every: usize, total: usize, interrupted: bool) -> bool {
+    done.is_multiple_of(every) || done == total || interrupted
+}
+
+/// Says where the run in `out` starts (iteration `start` of `total`): `false`, after saying
+/// so, when it already has them all and there is nothing to train.
+pub fn announce_start(out: &Path, start: usize, total: usize, resume: bool) -> bool {
+    if start >= total {
+        eprintln!(
+            "{} already has {start} iterations (asked for {total}): nothing to do",
+            out.display()
+        );
+        return false;
+    }
+    if resume {
+        eprintln!("resuming {} at iteration {start} of {total}", out.display());
+    }
+    true
+}
+
+/// The run's `metrics.csv` and `samples.jsonl` in `out`, open for appending; a resumed run
+/// passes the iteration its checkpoint finished, and later rows are dropped.
+pub fn open_logs(out: &Path, resume_from: Option<usize>) -> Result<(MetricsLog, SamplesLog)> {
+    Ok((
+        MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
+        SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
+    ))
+}
+
+/// Ends a run that Ctrl-C stopped after iteration `done` of `total`: says which checkpoint
+/// was kept and the `app` command that resumes it, and redraws the plots.
+pub fn stop_interrupted(
+    app: &str,
+    ckpts: &CheckpointDir,
+    out: &Path,
+    done: usize,
+    total: usize,
+) -> Result<Outcome> {
+    eprintln!(
+        "stopped after iteration {done}; checkpoint {} kept.\nresume with: \
+         {app} --resume {} --iterations {total}",
+        ckpts.path_for(done).display(),
+        out.display(),
+    );
+    draw_run(out)?;
+    Ok(Outcome::Interrupted)
+}
+
+/// Ends a finished run: redraws the plots and writes [`SUMMARY_FILE`], made by `summary` from
+/// the metrics rows of the last iteration.
+pub fn finish_run<S: Serialize>(
+    out: &Path,
+    summary: impl FnOnce(Vec<MetricRow>) -> S,
+) -> Result<()> {
+    draw_run(out)?;
+    let rows = read_rows(&out.join("metrics.csv"))?;
+    let path = out.join(SUMMARY_FILE);
+    let text = serde_json::to_string_pretty(&summary(final_rows(&rows))).map_err(|e| {
+        RunError::Format {
+            path: path.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    atomic_write(&path, text.as_bytes())?;
+    eprintln!("done: results in {}", out.display());
+    Ok(())
 }
 
 /// The checkpoints of run directory `out` and, when `resume`, the newest one to continue from.
