@@ -38,7 +38,10 @@ fn tail_point(dir: &Path, tail: usize) -> Result<(f64, f64)> {
 }
 
 /// The quantities drawn against iteration for every setting of the sweep.
-const CURVES: [(&str, &str, fn(&MetricRow) -> f64); 3] = [
+/// File name, axis label and the metric it reads.
+type Curve = (&'static str, &'static str, fn(&MetricRow) -> f64);
+
+const CURVES: [Curve; 3] = [
     ("curves_task_reward", "task reward", |r| r.task_reward),
     ("curves_kl", "KL (nats)", |r| r.kl),
     ("curves_combined_reward", "task reward − β·KL", |r| {

@@ -172,10 +172,10 @@ mod init_tests {
         let hidden =
             Tensor::<3>::random([2, 5, 16], burn::tensor::Distribution::Normal(0.0, 1.0), &d);
         let zeros = ValueHead::with_init(16, ValueHeadInit::Zeros, &d).forward(hidden.clone());
-        let v: Vec<f32> = zeros.into_data().to_vec().unwrap();
+        let v: Vec<f32> = zeros.into_data().try_to_vec::<f32>().unwrap();
         assert!(v.iter().all(|&x| x == 0.0), "{v:?}");
         let dflt = ValueHead::with_init(16, ValueHeadInit::Default, &d).forward(hidden);
-        let v: Vec<f32> = dflt.into_data().to_vec().unwrap();
+        let v: Vec<f32> = dflt.into_data().try_to_vec::<f32>().unwrap();
         assert!(v.iter().any(|&x| x.abs() > 1e-3), "{v:?}");
     }
 }

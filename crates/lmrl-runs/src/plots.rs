@@ -143,7 +143,7 @@ pub fn mean_std_by_x(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64, f64)> {
 
 /// Draws each group's mean against iteration with a ± std band, as `<name>.png` and `.svg`.
 pub fn plot_curves(groups: &[CurveGroup], dir: &Path, name: &str, ylabel: &str) -> Result<()> {
-    let stats: Vec<(String, Vec<(f64, f64, f64)>)> = groups
+    let stats: Vec<Band> = groups
         .iter()
         .map(|g| (g.label.clone(), mean_std_by_x(&g.runs)))
         .collect();
