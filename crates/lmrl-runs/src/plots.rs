@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::{Result, RunError};
@@ -167,6 +168,48 @@ pub fn plot_curves(groups: &[CurveGroup], dir: &Path, name: &str, ylabel: &str) 
 }
 
 type Band = (String, Vec<(f64, f64, f64)>);
+type PlotResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The common frame of every plot: title, labelled axes over the given ranges, a mesh.
+fn axes<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    (xlabel, xr): (&str, std::ops::Range<f64>),
+    (ylabel, yr): (&str, std::ops::Range<f64>),
+) -> PlotResult<Chart<'a, DB>>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xr, yr)?;
+    chart
+        .configure_mesh()
+        .x_desc(xlabel)
+        .y_desc(ylabel)
+        .draw()?;
+    Ok(chart)
+}
+
+fn legend_and_present<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    area: &DrawingArea<DB, Shift>,
+) -> PlotResult<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    area.present()?;
+    Ok(())
+}
 
 fn draw_bands<DB: DrawingBackend>(
     area: DrawingArea<DB, Shift>,
@@ -182,17 +225,7 @@ where
         .iter()
         .flat_map(|(_, v)| v.iter().flat_map(|&(x, m, s)| [(x, m - s), (x, m + s)]));
     let (xr, yr) = ranges(corners);
-    let mut chart = ChartBuilder::on(&area)
-        .caption(title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xr, yr)?;
-    chart
-        .configure_mesh()
-        .x_desc("iteration")
-        .y_desc(ylabel)
-        .draw()?;
+    let mut chart = axes(&area, title, ("iteration", xr), (ylabel, yr))?;
     for (i, (label, v)) in stats.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let band: Vec<(f64, f64)> = v
@@ -210,13 +243,7 @@ where
             .label(label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    area.present()?;
-    Ok(())
+    legend_and_present(&mut chart, &area)
 }
 
 fn plot_err(path: &Path, e: Box<dyn std::error::Error>) -> RunError {
@@ -245,17 +272,7 @@ impl LineSpec<'_> {
         area.fill(&WHITE)?;
         let all = self.series.iter().flat_map(|(_, p)| p.iter().copied());
         let (xr, yr) = ranges(all);
-        let mut chart = ChartBuilder::on(&area)
-            .caption(self.title, ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(xr, yr)?;
-        chart
-            .configure_mesh()
-            .x_desc(self.xlabel)
-            .y_desc(self.ylabel)
-            .draw()?;
+        let mut chart = axes(&area, self.title, (self.xlabel, xr), (self.ylabel, yr))?;
         for (i, (label, pts)) in self.series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let style = ShapeStyle::from(&color).filled();
@@ -267,13 +284,7 @@ impl LineSpec<'_> {
             anno.label(label.as_str())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        area.present()?;
-        Ok(())
+        legend_and_present(&mut chart, &area)
     }
 }
 
@@ -292,20 +303,8 @@ where
         ]
     });
     let (xr, yr) = ranges(corners);
-    let mut chart = ChartBuilder::on(&area)
-        .caption(
-            "task reward vs KL (mean ± std over seeds)",
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xr, yr)?;
-    chart
-        .configure_mesh()
-        .x_desc("KL (nats)")
-        .y_desc("task reward")
-        .draw()?;
+    let title = "task reward vs KL (mean ± std over seeds)";
+    let mut chart = axes(&area, title, ("KL (nats)", xr), ("task reward", yr))?;
     let mut labels: Vec<&str> = points.iter().map(|p| p.label.as_str()).collect();
     labels.dedup();
     labels.sort();
@@ -342,13 +341,7 @@ where
             .label(*label)
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    area.present()?;
-    Ok(())
+    legend_and_present(&mut chart, &area)
 }
 
 /// Axis ranges covering every finite point, padded by 5% (and never empty).
