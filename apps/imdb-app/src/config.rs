@@ -199,7 +199,7 @@ mod tests {
     #[test]
     fn contradictions_are_rejected_with_the_field_named() {
         let c = RunConfig {
-            mini_batch_size: 16,
+            mini_batch_size: RunConfig::default().batch_size + 1,
             ..RunConfig::default()
         };
         assert_eq!(c.validate().unwrap_err().field, "mini_batch_size");
