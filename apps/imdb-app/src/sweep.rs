@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use lmrl_runs::{
-    CurveGroup, FrontierPoint, MetricRow, Outcome, SUMMARY_FILE, atomic_write, plot_curves,
-    plot_frontier, read_rows,
+    CurveGroup, FrontierPoint, MetricRow, Outcome, SUMMARY_FILE, atomic_write, mean_std,
+    plot_curves, plot_frontier, read_rows,
 };
 
 use crate::cli::{SweepArgs, TrainArgs};
@@ -76,17 +76,6 @@ fn add_curves(groups: &mut [Vec<CurveGroup>; 3], setting: &str, rows: &[MetricRo
             }
         }
     }
-}
-
-fn mean_std(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    let m = xs.iter().sum::<f64>() / n;
-    let var = if xs.len() > 1 {
-        xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (m, var.sqrt())
 }
 
 pub fn run(args: &SweepArgs) -> Result<ExitCode> {

@@ -25,7 +25,8 @@ pub use files::{atomic_write, write_toml};
 pub use learner::{Learner, LearnerKind, POLICY, cory_rows, generate_chunked, metric_row};
 pub use metrics::{MetricRow, MetricsLog, SamplesLog, final_rows, mean, read_rows};
 pub use plots::{
-    CurveGroup, FrontierPoint, draw_run, mean_std_by_x, plot_curves, plot_frontier, plot_run,
+    CurveGroup, FrontierPoint, draw_run, mean_std, mean_std_by_x, plot_curves, plot_frontier,
+    plot_run,
 };
 pub use run_state::{AgentState, DataOrder, STATE_FILE, STATE_FORMAT, TrainState, iter_rng, mix};
 pub use session::{

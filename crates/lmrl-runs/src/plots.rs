@@ -118,6 +118,19 @@ pub struct CurveGroup {
     pub runs: Vec<Vec<(f64, f64)>>,
 }
 
+/// Mean and sample standard deviation (n − 1; 0 for a single value), as the seed spreads of
+/// the sweep's frontier and curves are reported.
+pub fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
 /// Mean and sample standard deviation over runs at every x that at least one run has.
 pub fn mean_std_by_x(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64, f64)> {
     let mut at: BTreeMap<i64, (f64, Vec<f64>)> = BTreeMap::new();
@@ -130,14 +143,8 @@ pub fn mean_std_by_x(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64, f64)> {
     }
     at.into_values()
         .map(|(x, ys)| {
-            let n = ys.len() as f64;
-            let m = ys.iter().sum::<f64>() / n;
-            let var = if ys.len() > 1 {
-                ys.iter().map(|y| (y - m).powi(2)).sum::<f64>() / (n - 1.0)
-            } else {
-                0.0
-            };
-            (x, m, var.sqrt())
+            let (m, sd) = mean_std(&ys);
+            (x, m, sd)
         })
         .collect()
 }
