@@ -241,7 +241,7 @@ fn parse_gpt2(f: &Fields) -> Result<Gpt2Config> {
     if c.n_head == 0 || !c.n_embd.is_multiple_of(c.n_head) {
         return Err(f.err("n_head", "must divide n_embd"));
     }
-    if crate::gpt2::Activation::from_hf(&c.activation_function).is_none() {
+    if crate::activation::Activation::from_hf(&c.activation_function).is_none() {
         return Err(f.err(
             "activation_function",
             "only gelu_new/gelu/gelu_pytorch_tanh/gelu_fast",

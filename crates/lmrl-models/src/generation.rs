@@ -6,12 +6,11 @@
 //! `cumsum(mask) - 1` (pads clamped to 0), so a padded row sees exactly the positions it would
 //! see alone. One prefill pass fills the cache, then each step feeds one token per row. A row
 //! that produced EOS is finished: later steps feed it the pad id with mask 0 and record nothing.
-use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
-use crate::model::CausalLm;
+use crate::lm::CausalLm;
 use crate::sampling::{GenerationConfig, TokenChooser, presence_mask, process_logits};
 
 /// What [`generate`] produced for a batch of prompts.
@@ -103,8 +102,8 @@ pub fn left_pad(
 /// Errors: no prompts, an empty prompt, an id ≥ vocabulary size (also for the pad id), longest
 /// prompt + `max_new_tokens` > the model's positions, `max_new_tokens` = 0, invalid sampling
 /// numbers.
-pub fn generate(
-    model: &CausalLm,
+pub fn generate<M: CausalLm>(
+    model: &M,
     prompts: &[Vec<u32>],
     cfg: &GenerationConfig,
     device: &Device,
@@ -115,9 +114,8 @@ pub fn generate(
             "max_new_tokens must be at least 1".into(),
         ));
     }
-    let config = model.config();
-    let vocab = config.vocab_size();
-    validate_prompts(prompts, vocab, config.max_positions(), cfg.max_new_tokens)?;
+    let vocab = model.vocab_size();
+    validate_prompts(prompts, vocab, model.max_positions(), cfg.max_new_tokens)?;
     if cfg.pad_token_id as usize >= vocab {
         return Err(ModelError::Input(format!(
             "pad token id {} is outside the vocabulary of size {vocab}",
@@ -130,9 +128,11 @@ pub fn generate(
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
 
     let (ids, mut mask, pos) = left_pad(prompts, cfg.pad_token_id, &device);
-    let mut cache = KvCache::new(model.num_layers());
-    let out = model.forward(ids, pos, mask.clone(), Some(&mut cache));
-    let mut last: Tensor<2> = out.logits.narrow(1, longest - 1, 1).reshape([b, vocab]);
+    let mut cache = KvCache::default();
+    // Only the last column's logits are used: the head runs on `[B, H]`, not `[B, L, H]`.
+    let hidden = model.hidden_states(ids, pos, mask.clone(), Some(&mut cache));
+    let h = hidden.dims()[2];
+    let mut last = model.lm_head(hidden.narrow(1, longest - 1, 1).reshape([b, h]));
 
     let penalise = cfg.repetition_penalty != 1.0;
     let mut history: Vec<Vec<u32>> = prompts.to_vec();
@@ -173,8 +173,8 @@ pub fn generate(
         }
         let col = Tensor::<2, Int>::from_data(TensorData::new(feed_mask, [b, 1]), &device);
         mask = Tensor::cat(vec![mask, col], 1);
-        let out = model.forward(step_ids, step_pos, mask.clone(), Some(&mut cache));
-        last = out.logits.reshape([b, vocab]);
+        let hidden = model.hidden_states(step_ids, step_pos, mask.clone(), Some(&mut cache));
+        last = model.lm_head(hidden.reshape([b, h]));
     }
 
     let width = tokens.iter().map(Vec::len).max().unwrap_or(0);

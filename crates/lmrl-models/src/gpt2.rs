@@ -4,61 +4,19 @@
 //! checkpoint weights load without a transpose. The LM head is tied to `wte`.
 use burn::module::Module;
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear};
-use burn::tensor::activation::{gelu, sigmoid};
 use burn::tensor::{Device, Int, Tensor};
-use serde::{Deserialize, Serialize};
 
+use crate::activation::Activation;
+use crate::attention::attention_bias;
 use crate::attention::{attend, split_heads};
 use crate::cache::KvCache;
 use crate::config::Gpt2Config;
+use crate::config::ModelConfig;
 use crate::error::Result;
-use crate::model::{self, LmOutput, apply_linear, dense, raw};
+use crate::layers::{self as model, apply_linear, raw};
+use crate::lm::CausalLm;
+use crate::pretrained::Pretrained;
 use crate::tensors::{RawTensor, TensorMap};
-
-/// The MLP non-linearity (`activation_function`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Activation {
-    /// `gelu_new` / `gelu_pytorch_tanh` / `gelu_fast`: `0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))`.
-    GeluTanh,
-    /// `gelu`: `x·Φ(x)` with the exact erf.
-    GeluErf,
-}
-
-impl Activation {
-    /// Maps an HF `activation_function` name; `None` if unsupported.
-    pub fn from_hf(name: &str) -> Option<Self> {
-        match name {
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Some(Self::GeluTanh),
-            "gelu" => Some(Self::GeluErf),
-            _ => None,
-        }
-    }
-
-    fn apply(self, x: Tensor<3>) -> Tensor<3> {
-        match self {
-            Self::GeluTanh => gelu_tanh(x),
-            Self::GeluErf => gelu(x),
-        }
-    }
-}
-
-/// HF `gelu_new`: `0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))`, computed as the identical
-/// `x·σ(2√(2/π)·x·(1 + 0.044715x²))` (since `(1 + tanh u)/2 = σ(2u)`).
-///
-/// Why not burn's `gelu_approximate`: it composes `powf_scalar(3)` and `tanh`, two
-/// single-threaded libm calls per element on flex (`burn-flex` `ops/unary.rs::unary_op`), and
-/// cost ~6× this form (74 ms against 13 ms on `[8, 64, 3072]`, ~0.7 s of a GPT-2 small
-/// forward over 8×64 tokens); one `sigmoid` (one `exp`) and plain multiplies do the same work.
-/// Agrees with it to < 1e-6 absolute.
-pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    /// `2·√(2/π)`.
-    const C: f64 = 2.0 * 0.797_884_560_802_865_4;
-    let u = (x.clone() * x.clone())
-        .mul_scalar(C * 0.044_715)
-        .add_scalar(C)
-        * x.clone();
-    x * sigmoid(u)
-}
 
 /// HF `GPT2Attention`: fused QKV projection `c_attn` and output projection `c_proj`.
 #[derive(Module, Debug)]
@@ -215,27 +173,9 @@ impl Gpt2LmHeadModel {
         })
     }
 
-    /// Logits and final hidden state; `bias` is the `[B, 1, S, T]` attention bias.
-    pub fn forward(
-        &self,
-        input_ids: Tensor<2, Int>,
-        position_ids: Tensor<2, Int>,
-        bias: Tensor<4>,
-        mut cache: Option<&mut KvCache>,
-    ) -> LmOutput {
-        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
-        for (i, block) in self.h.iter().enumerate() {
-            x = block.forward(x, bias.clone(), i, cache.as_deref_mut());
-        }
-        let hidden = self.ln_f.forward(x);
-        // Tied head: logits = hidden · wteᵀ (a strided view, no copy of the embedding).
-        let logits = dense(hidden.clone(), self.wte.weight.val().transpose(), None);
-        LmOutput { logits, hidden }
-    }
-
     /// Tensors under HF's `GPT2LMHeadModel.save_pretrained` names (`transformer.` prefix,
     /// Conv1D `[in, out]` weights, no `lm_head.weight` since it is tied).
-    pub fn hf_tensors(&self) -> Vec<(String, RawTensor)> {
+    fn hf_tensors_impl(&self) -> Vec<(String, RawTensor)> {
         let mut out = vec![
             ("wte.weight".to_string(), raw(self.wte.weight.val())),
             ("wpe.weight".to_string(), raw(self.wpe.weight.val())),
@@ -278,5 +218,54 @@ fn push_linear(out: &mut Vec<(String, RawTensor)>, p: String, l: &Linear) {
     out.push((format!("{p}.weight"), raw(l.weight.val())));
     if let Some(b) = &l.bias {
         out.push((format!("{p}.bias"), raw(b.val())));
+    }
+}
+
+impl CausalLm for Gpt2LmHeadModel {
+    fn hidden_states(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        mut cache: Option<&mut KvCache>,
+    ) -> Tensor<3> {
+        let past = cache.as_ref().map_or(0, |c| c.len());
+        let bias = attention_bias(attention_mask, past, input_ids.dims()[1]);
+        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
+        for (i, block) in self.h.iter().enumerate() {
+            x = block.forward(x, bias.clone(), i, cache.as_deref_mut());
+        }
+        self.ln_f.forward(x)
+    }
+
+    /// Tied head: `hidden · wteᵀ` (a strided view of the embedding, no copy).
+    fn lm_head(&self, hidden: Tensor<2>) -> Tensor<2> {
+        hidden.matmul(self.wte.weight.val().transpose())
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config.n_embd
+    }
+
+    fn max_positions(&self) -> usize {
+        self.config.n_positions
+    }
+
+    fn eos_token_id(&self) -> Option<u32> {
+        self.config.eos_token_id
+    }
+}
+
+impl Pretrained for Gpt2LmHeadModel {
+    fn hf_config(&self) -> serde_json::Value {
+        ModelConfig::Gpt2(self.config.clone()).to_hf_json()
+    }
+
+    fn hf_tensors(&self) -> Vec<(String, RawTensor)> {
+        self.hf_tensors_impl()
     }
 }

@@ -1,34 +1,61 @@
 //! Causal language models in burn for RL fine-tuning.
+//!
+//! - [`CausalLm`]: the trait generation, scoring, the value head, LoRA and the RL learners are
+//!   written against. GPT-2 ([`Gpt2LmHeadModel`]) and Llama ([`LlamaForCausalLm`]) implement
+//!   it; so can any other architecture, without an edit here ([`attention`] has the pieces
+//!   GPT-2 and Llama share).
+//! - [`AutoLm`]: what the loaders return — a GPT-2 or Llama read from a Hugging Face directory
+//!   (`config.json` + safetensors) or a GGUF file ([`AutoLm::from_pretrained`]); saved back in
+//!   Hugging Face format through [`Pretrained::save_pretrained`].
+//! - [`generate`]: batched sampling with a KV cache, as HF `generate`; [`score`] /
+//!   [`score_reference`]: TRL's `batched_forward_pass` at the response tokens.
+//! - [`LmWithValueHead`]: TRL's `AutoModelForCausalLMWithValueHead`; [`apply_lora`]: LoRA
+//!   adapters; [`LmTokenizer`]: GPT-2 BPE, `tokenizer.json` and GGUF vocabularies.
+mod activation;
 pub mod attention;
-pub mod cache;
-pub mod config;
-pub mod error;
-pub mod generation;
+mod auto;
+mod cache;
+mod config;
+mod error;
+mod generation;
 pub mod gguf;
-pub mod gpt2;
-pub mod llama;
-pub mod loader;
-pub mod lora;
-pub mod model;
-pub mod sampling;
-pub mod scoring;
-pub mod tensors;
-pub mod tokenizer;
-pub mod value_head;
+mod gpt2;
+mod layers;
+mod llama;
+mod lm;
+mod loader;
+mod lora;
+mod pretrained;
+mod sampling;
+mod scoring;
+mod tensors;
+mod tokenizer;
+mod value_head;
 
-pub use cache::KvCache;
+pub use activation::{Activation, gelu_tanh};
+pub use auto::AutoLm;
+pub use cache::{KvCache, LayerKv};
 pub use config::{Gpt2Config, LlamaConfig, ModelConfig};
 pub use error::{ModelError, Result};
-pub use generation::{Generation, generate};
-pub use gguf::{GgufFile, GgufMetadata, GgufValue, read_gguf};
-pub use loader::{causal_lm_from_tensors, load_causal_lm, save_pretrained};
-pub use lora::{LoraConfig, apply_lora, merge_lora};
-pub use model::{CausalLm, LmOutput};
-pub use sampling::{GenerationConfig, Sampling};
+pub use generation::{Generation, generate, left_pad, validate_prompts};
+pub use gpt2::{Gpt2Attention, Gpt2Block, Gpt2LmHeadModel, Gpt2Mlp};
+pub use layers::dense;
+pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, LlamaModel, Rope};
+pub use lm::{CausalLm, LmOutput, arange_positions, logits_at_every_position, validate_ids};
+pub use loader::{
+    CONFIG_FILE, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, causal_lm_from_tensors, read_weights,
+    write_safetensors,
+};
+pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
+pub use pretrained::Pretrained;
+pub use sampling::{
+    Choice, GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, apply_temperature,
+    presence_mask, process_logits, top_k_filter, top_p_filter,
+};
 pub use scoring::{
     QueryResponseBatch, RefScored, Scored, response_logprobs, response_values, score,
     score_reference,
 };
 pub use tensors::{RawTensor, TensorMap};
-pub use tokenizer::LmTokenizer;
-pub use value_head::{LmWithValueHead, ValueHead, ValueHeadInit};
+pub use tokenizer::{GPT2_EOS, LmTokenizer};
+pub use value_head::{LmWithValueHead, VALUE_HEAD_FILE, ValueHead, ValueHeadInit};

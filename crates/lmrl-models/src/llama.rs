@@ -8,11 +8,15 @@ use burn::nn::{Embedding, Linear, RmsNorm, RmsNormConfig};
 use burn::tensor::activation::silu;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::attention::attention_bias;
 use crate::attention::{attend, split_heads};
 use crate::cache::KvCache;
 use crate::config::LlamaConfig;
+use crate::config::ModelConfig;
 use crate::error::Result;
-use crate::model::{self, LmOutput, apply_linear, dense, raw, raw_torch_linear};
+use crate::layers::{self as model, apply_linear, raw, raw_torch_linear};
+use crate::lm::CausalLm;
+use crate::pretrained::Pretrained;
 use crate::tensors::{RawTensor, TensorMap};
 
 /// HF `LlamaAttention` (no biases).
@@ -216,33 +220,8 @@ impl LlamaForCausalLm {
         })
     }
 
-    /// Logits and final hidden state; `bias` is the `[B, 1, S, T]` attention bias.
-    pub fn forward(
-        &self,
-        input_ids: Tensor<2, Int>,
-        position_ids: Tensor<2, Int>,
-        bias: Tensor<4>,
-        mut cache: Option<&mut KvCache>,
-    ) -> LmOutput {
-        let rope = Rope::new(position_ids, self.config.head_dim(), self.config.rope_theta);
-        let mut x = self.model.embed_tokens.forward(input_ids);
-        for (i, layer) in self.model.layers.iter().enumerate() {
-            x = layer.forward(x, &rope, bias.clone(), i, cache.as_deref_mut());
-        }
-        let hidden = self.model.norm.forward(x);
-        let logits = match &self.lm_head {
-            Some(head) => apply_linear(head, hidden.clone()),
-            None => dense(
-                hidden.clone(),
-                self.model.embed_tokens.weight.val().transpose(),
-                None,
-            ),
-        };
-        LmOutput { logits, hidden }
-    }
-
     /// Tensors under HF names, `nn.Linear` weights in PyTorch's `[out, in]` layout.
-    pub fn hf_tensors(&self) -> Vec<(String, RawTensor)> {
+    fn hf_tensors_impl(&self) -> Vec<(String, RawTensor)> {
         let m = &self.model;
         let mut out = vec![(
             "model.embed_tokens.weight".to_string(),
@@ -316,4 +295,63 @@ fn mlp_from(c: &LlamaConfig, t: &mut TensorMap, p: &str, device: &Device) -> Res
         up_proj: torch_linear(t, &format!("{p}.mlp.up_proj"), e, i, device)?,
         down_proj: torch_linear(t, &format!("{p}.mlp.down_proj"), i, e, device)?,
     })
+}
+
+impl CausalLm for LlamaForCausalLm {
+    fn hidden_states(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+        mut cache: Option<&mut KvCache>,
+    ) -> Tensor<3> {
+        let past = cache.as_ref().map_or(0, |c| c.len());
+        let bias = attention_bias(attention_mask, past, input_ids.dims()[1]);
+        let rope = Rope::new(position_ids, self.config.head_dim(), self.config.rope_theta);
+        let mut x = self.model.embed_tokens.forward(input_ids);
+        for (i, layer) in self.model.layers.iter().enumerate() {
+            x = layer.forward(x, &rope, bias.clone(), i, cache.as_deref_mut());
+        }
+        self.model.norm.forward(x)
+    }
+
+    /// `lm_head`, or the token embedding transposed when tied (a strided view, no copy).
+    fn lm_head(&self, hidden: Tensor<2>) -> Tensor<2> {
+        match &self.lm_head {
+            Some(head) => {
+                let y = hidden.matmul(head.weight.val());
+                match &head.bias {
+                    Some(b) => y + b.val().unsqueeze_dim(0),
+                    None => y,
+                }
+            }
+            None => hidden.matmul(self.model.embed_tokens.weight.val().transpose()),
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config.hidden_size
+    }
+
+    fn max_positions(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn eos_token_id(&self) -> Option<u32> {
+        self.config.eos_token_id
+    }
+}
+
+impl Pretrained for LlamaForCausalLm {
+    fn hf_config(&self) -> serde_json::Value {
+        ModelConfig::Llama(self.config.clone()).to_hf_json()
+    }
+
+    fn hf_tensors(&self) -> Vec<(String, RawTensor)> {
+        self.hf_tensors_impl()
+    }
 }

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 
+use crate::auto::AutoLm;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gpt2::Gpt2LmHeadModel;
 use crate::llama::LlamaForCausalLm;
-use crate::model::CausalLm;
 use crate::tensors::{RawTensor, TensorMap};
 
 /// Weights file of an HF checkpoint directory.
@@ -20,7 +20,7 @@ pub const CONFIG_FILE: &str = "config.json";
 
 /// Loads a causal LM from an HF directory (`config.json` + `model.safetensors`, or a sharded
 /// `model.safetensors.index.json`) or from a `.gguf` file.
-pub fn load_causal_lm(path: &Path, device: &Device) -> Result<CausalLm> {
+pub(crate) fn load_causal_lm(path: &Path, device: &Device) -> Result<AutoLm> {
     if is_gguf(path) {
         return load_gguf(path, device);
     }
@@ -34,8 +34,8 @@ fn is_gguf(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
-/// GGUF branch: `gguf.rs` (helper M3) turns the file into an HF config and HF-named tensors.
-fn load_gguf(path: &Path, device: &Device) -> Result<CausalLm> {
+/// GGUF branch: `gguf.rs` turns the file into an HF config and HF-named tensors.
+fn load_gguf(path: &Path, device: &Device) -> Result<AutoLm> {
     let (config, tensors, _meta) = crate::gguf::read_gguf(path)?;
     causal_lm_from_tensors(&config, tensors, device)
 }
@@ -91,29 +91,15 @@ pub fn causal_lm_from_tensors(
     config: &ModelConfig,
     mut tensors: TensorMap,
     device: &Device,
-) -> Result<CausalLm> {
+) -> Result<AutoLm> {
     Ok(match config {
         ModelConfig::Gpt2(c) => {
-            CausalLm::Gpt2(Gpt2LmHeadModel::from_tensors(c, &mut tensors, device)?)
+            AutoLm::Gpt2(Gpt2LmHeadModel::from_tensors(c, &mut tensors, device)?)
         }
         ModelConfig::Llama(c) => {
-            CausalLm::Llama(LlamaForCausalLm::from_tensors(c, &mut tensors, device)?)
+            AutoLm::Llama(LlamaForCausalLm::from_tensors(c, &mut tensors, device)?)
         }
     })
-}
-
-/// Saves `model` as an HF checkpoint: `config.json` and `model.safetensors` with HF names and
-/// layouts, each written to a temporary file in `dir` and then renamed into place. LoRA
-/// adapters, if any, are saved merged into the weights.
-pub fn save_pretrained(model: &CausalLm, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    write_safetensors(&dir.join(WEIGHTS_FILE), &model.hf_tensors())?;
-    let json = serde_json::to_string_pretty(&model.config().to_hf_json())
-        .map_err(|e| ModelError::Input(format!("cannot serialise config: {e}")))?;
-    write_atomic(&dir.join(CONFIG_FILE), json.as_bytes())
 }
 
 /// A host f32 tensor viewed as safetensors data.

@@ -5,10 +5,10 @@
 //! (PEFT's `lora_A`/`lora_B` transposed into burn's `[in, out]` convention). With `B = 0` the
 //! model computes exactly the base model. Every base parameter of the LM is frozen; only `A`
 //! and `B` require gradients. [`merge_lora`] folds `(α/r)·A·B` into `W`.
-use burn::module::{Lora, Module, ParamGroup};
+use burn::module::{Lora, Module, ModuleVisitor, Param, ParamGroup};
+use burn::tensor::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::model::CausalLm;
 
 /// Which projections get adapters, with what rank and scale (PEFT `LoraConfig`).
 #[derive(Debug, Clone, PartialEq)]
@@ -64,8 +64,10 @@ impl LoraConfig {
 
 /// Attaches adapters to the targeted weights of `model` and freezes all its base parameters.
 ///
-/// Fails if no parameter matches `target_modules`.
-pub fn apply_lora(model: CausalLm, cfg: &LoraConfig) -> Result<CausalLm> {
+/// Works on any module whose projection weights are named as `target_modules` says (the
+/// parameter paths of burn's module tree, e.g. `model.layers.0.self_attn.q_proj.weight`). Fails
+/// if no parameter matches.
+pub fn apply_lora<M: Module>(model: M, cfg: &LoraConfig) -> Result<M> {
     let mut lora = Lora::new(cfg.rank, cfg.alpha).set_param_group(cfg.param_group()?);
     lora.init_std = cfg.init_std;
     let model = model.apply_lora(lora);
@@ -80,46 +82,42 @@ pub fn apply_lora(model: CausalLm, cfg: &LoraConfig) -> Result<CausalLm> {
 
 /// Folds every adapter into its base weight (`W ← W + (α/r)·A·B`) and drops the adapters.
 /// The merged weights stay frozen; call `Module::unfreeze` for full fine-tuning.
-pub fn merge_lora(model: CausalLm) -> CausalLm {
+pub fn merge_lora<M: Module>(model: M) -> M {
     model.materialize()
 }
 
 /// Number of adapter parameters (`A` and `B` elements) in `model`.
-pub fn lora_parameter_count(model: &CausalLm) -> usize {
-    adapted_linears(model)
-        .iter()
-        .filter_map(|l| l.weight.adapter())
-        .map(|a| a.a.val().shape().num_elements() + a.b.val().shape().num_elements())
-        .sum()
+pub fn lora_parameter_count<M: Module>(model: &M) -> usize {
+    let mut count = AdapterCount::default();
+    model.visit(&mut count);
+    count.total
 }
 
-/// Every `Linear` of the model, for inspection of adapters.
-pub fn adapted_linears(model: &CausalLm) -> Vec<&burn::nn::Linear> {
-    match model {
-        CausalLm::Gpt2(m) => {
-            m.h.iter()
-                .flat_map(|b| [&b.attn.c_attn, &b.attn.c_proj, &b.mlp.c_fc, &b.mlp.c_proj])
-                .collect()
+/// Sums the sizes of the parameters inside reparameterizations: burn visits a LoRA-adapted
+/// weight as its frozen base, then a `Reparameterization` container holding the factors A and B.
+#[derive(Default)]
+struct AdapterCount {
+    total: usize,
+    inside: usize,
+}
+
+impl ModuleVisitor for AdapterCount {
+    fn enter_module(&mut self, _name: &str, container_type: &str) {
+        if container_type == "Reparameterization" {
+            self.inside += 1;
         }
-        CausalLm::Llama(m) => m
-            .model
-            .layers
-            .iter()
-            .flat_map(|l| {
-                let a = &l.self_attn;
-                let p = &l.mlp;
-                [
-                    &a.q_proj,
-                    &a.k_proj,
-                    &a.v_proj,
-                    &a.o_proj,
-                    &p.gate_proj,
-                    &p.up_proj,
-                    &p.down_proj,
-                ]
-            })
-            .chain(m.lm_head.iter())
-            .collect(),
+    }
+
+    fn exit_module(&mut self, _name: &str, container_type: &str) {
+        if container_type == "Reparameterization" {
+            self.inside -= 1;
+        }
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if self.inside > 0 {
+            self.total += param.val().shape().num_elements();
+        }
     }
 }
 

@@ -9,9 +9,12 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
 
+use crate::auto::AutoLm;
 use crate::error::{ModelError, Result};
-use crate::loader::{load_causal_lm, save_pretrained, write_safetensors};
-use crate::model::{self, CausalLm, LmOutput};
+use crate::layers;
+use crate::lm::{CausalLm, arange_positions, logits_at_every_position};
+use crate::loader::write_safetensors;
+use crate::pretrained::Pretrained;
 use crate::tensors::TensorMap;
 
 /// File holding the value head inside a saved checkpoint directory.
@@ -38,18 +41,14 @@ pub struct ValueHead {
 }
 
 impl ValueHead {
-    /// PyTorch's default `nn.Linear` init, U(±1/√H) for weight and bias (burn's Kaiming
-    /// uniform with gain 1/√3 is the same bound), as TRL leaves the head at its default init.
-    pub fn new(hidden: usize, device: &Device) -> Self {
-        Self {
-            summary: LinearConfig::new(hidden, 1).init(device),
-        }
-    }
-
-    /// A fresh head started as `init` says.
-    pub fn with_init(hidden: usize, init: ValueHeadInit, device: &Device) -> Self {
+    /// A fresh head started as `init` says. `Default` is PyTorch's `nn.Linear` init,
+    /// U(±1/√H) for weight and bias (burn's Kaiming uniform with gain 1/√3 is the same bound),
+    /// as TRL leaves the head.
+    pub fn new(hidden: usize, init: ValueHeadInit, device: &Device) -> Self {
         match init {
-            ValueHeadInit::Default => Self::new(hidden, device),
+            ValueHeadInit::Default => Self {
+                summary: LinearConfig::new(hidden, 1).init(device),
+            },
             ValueHeadInit::Zeros => Self {
                 summary: LinearConfig::new(hidden, 1)
                     .with_initializer(Initializer::Zeros)
@@ -69,87 +68,88 @@ impl ValueHead {
         let w = t.take(WEIGHT, &[1, hidden])?;
         let b = t.take(BIAS, &[1])?;
         Ok(Self {
-            summary: model::linear(w.transposed(), Some(b), device),
+            summary: layers::linear(w.transposed(), Some(b), device),
         })
     }
 
     /// Writes the head in TRL's names and `nn.Linear` layout, atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let mut tensors = vec![(WEIGHT.to_string(), model::raw_torch_linear(&self.summary))];
+        let mut tensors = vec![(WEIGHT.to_string(), layers::raw_torch_linear(&self.summary))];
         if let Some(b) = &self.summary.bias {
-            tensors.push((BIAS.to_string(), model::raw(b.val())));
+            tensors.push((BIAS.to_string(), layers::raw(b.val())));
         }
         write_safetensors(path, &tensors)
     }
 }
 
-/// TRL `AutoModelForCausalLMWithValueHead`: policy logits and value estimates from one pass.
+/// TRL `AutoModelForCausalLMWithValueHead`: policy logits and value estimates from one pass
+/// over any [`CausalLm`].
 #[derive(Module, Debug)]
-pub struct LmWithValueHead {
-    pub lm: CausalLm,
+pub struct LmWithValueHead<M> {
+    pub lm: M,
     pub v_head: ValueHead,
 }
 
-impl LmWithValueHead {
-    /// Wraps `lm` with a freshly initialised value head.
-    pub fn new(lm: CausalLm, device: &Device) -> Self {
-        let hidden = lm.config().hidden_size();
-        Self {
-            lm,
-            v_head: ValueHead::new(hidden, device),
-        }
-    }
-
+impl<M: CausalLm> LmWithValueHead<M> {
     /// Wraps `lm` with a fresh value head started as `init` says.
-    pub fn with_head_init(lm: CausalLm, init: ValueHeadInit, device: &Device) -> Self {
-        let hidden = lm.config().hidden_size();
+    pub fn new(lm: M, init: ValueHeadInit, device: &Device) -> Self {
+        let hidden = lm.hidden_size();
         Self {
             lm,
-            v_head: ValueHead::with_init(hidden, init, device),
+            v_head: ValueHead::new(hidden, init, device),
         }
     }
 
-    /// Logits `[B, S, V]` and values `[B, S]`, positions `0..S` (TRL `batched_forward_pass`).
+    /// Hidden states `[B, S, H]` and values `[B, S]`, positions `0..S` (TRL
+    /// `batched_forward_pass` before the logits are taken where they are needed).
+    pub fn hidden_and_values(
+        &self,
+        input_ids: Tensor<2, Int>,
+        attention_mask: Tensor<2, Int>,
+    ) -> (Tensor<3>, Tensor<2>) {
+        let positions = arange_positions(&input_ids);
+        let hidden = self
+            .lm
+            .hidden_states(input_ids, positions, attention_mask, None);
+        let values = self.v_head.forward(hidden.clone());
+        (hidden, values)
+    }
+
+    /// Logits `[B, S, V]` and values `[B, S]` at every position, positions `0..S`.
     pub fn forward(
         &self,
         input_ids: Tensor<2, Int>,
         attention_mask: Tensor<2, Int>,
     ) -> (Tensor<3>, Tensor<2>) {
-        let out = self.lm.forward_simple(input_ids, attention_mask);
-        let values = self.v_head.forward(out.hidden);
-        (out.logits, values)
+        let (hidden, values) = self.hidden_and_values(input_ids, attention_mask);
+        (logits_at_every_position(&self.lm, hidden), values)
     }
+}
 
-    /// Full forward (explicit positions, optional cache) returning the LM output and values.
-    pub fn forward_full(
-        &self,
-        input_ids: Tensor<2, Int>,
-        position_ids: Tensor<2, Int>,
-        attention_mask: Tensor<2, Int>,
-        cache: Option<&mut crate::cache::KvCache>,
-    ) -> (LmOutput, Tensor<2>) {
-        let out = self
-            .lm
-            .forward(input_ids, position_ids, attention_mask, cache);
-        let values = self.v_head.forward(out.hidden.clone());
-        (out, values)
-    }
-
+impl<M: CausalLm + Pretrained> LmWithValueHead<M> {
     /// Saves the LM (`save_pretrained`) and the head (`value_head.safetensors`) into `dir`.
     pub fn save_pretrained(&self, dir: &Path) -> Result<()> {
-        save_pretrained(&self.lm, dir)?;
+        self.lm.save_pretrained(dir)?;
         self.v_head.save(&dir.join(VALUE_HEAD_FILE))
     }
+}
 
+impl LmWithValueHead<AutoLm> {
     /// Loads an LM and its value head from `dir`; with `require_head == false` a missing
-    /// `value_head.safetensors` gives a freshly initialised head (as TRL does for a plain LM).
-    pub fn load(dir: &Path, require_head: bool, device: &Device) -> Result<Self> {
-        let lm = load_causal_lm(dir, device)?;
-        let hidden = lm.config().hidden_size();
+    /// `value_head.safetensors` gives a fresh head started as `init` says (TRL does this for a
+    /// plain LM).
+    pub fn from_pretrained(
+        dir: &Path,
+        require_head: bool,
+        init: ValueHeadInit,
+        device: &Device,
+    ) -> Result<Self> {
+        let lm = AutoLm::from_pretrained(dir, device)?;
+        let hidden = lm.hidden_size();
         let head_path = dir.join(VALUE_HEAD_FILE);
         let v_head = match (head_path.exists(), require_head) {
             (true, _) => ValueHead::load(&head_path, hidden, device)?,
-            (false, false) => ValueHead::new(hidden, device),
+            (false, false) => ValueHead::new(hidden, init, device),
             (false, true) => {
                 return Err(ModelError::MissingTensor {
                     path: head_path,
@@ -171,10 +171,10 @@ mod init_tests {
         d.seed(3);
         let hidden =
             Tensor::<3>::random([2, 5, 16], burn::tensor::Distribution::Normal(0.0, 1.0), &d);
-        let zeros = ValueHead::with_init(16, ValueHeadInit::Zeros, &d).forward(hidden.clone());
+        let zeros = ValueHead::new(16, ValueHeadInit::Zeros, &d).forward(hidden.clone());
         let v: Vec<f32> = zeros.into_data().try_to_vec::<f32>().unwrap();
         assert!(v.iter().all(|&x| x == 0.0), "{v:?}");
-        let dflt = ValueHead::with_init(16, ValueHeadInit::Default, &d).forward(hidden);
+        let dflt = ValueHead::new(16, ValueHeadInit::Default, &d).forward(hidden);
         let v: Vec<f32> = dflt.into_data().try_to_vec::<f32>().unwrap();
         assert!(v.iter().any(|&x| x.abs() > 1e-3), "{v:?}");
     }

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use burn::module::Module;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use lmrl_models::loader::{read_weights, write_safetensors};
-use lmrl_models::lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
-use lmrl_models::value_head::{LmWithValueHead, VALUE_HEAD_FILE, ValueHead};
-use lmrl_models::{CausalLm, KvCache, ModelConfig, ModelError, load_causal_lm, save_pretrained};
+use lmrl_models::{AutoLm, CausalLm, KvCache, ModelConfig, ModelError, Pretrained, ValueHeadInit};
+use lmrl_models::{LmWithValueHead, VALUE_HEAD_FILE, ValueHead};
+use lmrl_models::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
+use lmrl_models::{read_weights, write_safetensors};
 use serde_json::Value;
 
 const TOL: f32 = 1e-4;
@@ -107,7 +107,7 @@ fn expected_logits(fwd: &Value, device: &Device) -> Tensor<3> {
 }
 
 /// Runs the fixture's right-padded batch and returns (ours, reference, mask).
-fn fixture_forward(model: &CausalLm, name: &str) -> (Tensor<3>, Tensor<3>, Vec<Vec<i64>>) {
+fn fixture_forward(model: &AutoLm, name: &str) -> (Tensor<3>, Tensor<3>, Vec<Vec<i64>>) {
     let dev = device();
     let fwd = &expected(name)["forward"];
     let ids = ints(&fwd["input_ids"]);
@@ -117,7 +117,7 @@ fn fixture_forward(model: &CausalLm, name: &str) -> (Tensor<3>, Tensor<3>, Vec<V
 }
 
 fn check_fixture(name: &str) {
-    let model = load_causal_lm(&fixture(name), &device()).expect("load fixture");
+    let model = AutoLm::from_pretrained(&fixture(name), &device()).expect("load fixture");
     let (ours, reference, mask) = fixture_forward(&model, name);
     let diff = max_diff_masked(&ours, &reference, &mask);
     println!("{name}: max |logit diff| = {diff:e}");
@@ -145,8 +145,8 @@ fn gpt2_loads_with_and_without_transformer_prefix() {
     assert!(named.iter().all(|(k, _)| !k.starts_with("transformer.")));
     write_safetensors(&dir.join("model.safetensors"), &named).expect("write");
     std::fs::copy(fixture("gpt2-tiny/config.json"), dir.join("config.json")).expect("copy");
-    let a = load_causal_lm(&fixture("gpt2-tiny"), &dev).expect("prefixed");
-    let b = load_causal_lm(&dir, &dev).expect("unprefixed");
+    let a = AutoLm::from_pretrained(&fixture("gpt2-tiny"), &dev).expect("prefixed");
+    let b = AutoLm::from_pretrained(&dir, &dev).expect("unprefixed");
     let (la, _, mask) = fixture_forward(&a, "gpt2-tiny");
     let (lb, _, _) = fixture_forward(&b, "gpt2-tiny");
     assert_eq!(max_diff_masked(&la, &lb, &mask), 0.0);
@@ -156,11 +156,11 @@ fn gpt2_loads_with_and_without_transformer_prefix() {
 /// one full pass.
 fn check_cache_matches_full(name: &str) {
     let dev = device();
-    let model = load_causal_lm(&fixture(name), &dev).expect("load");
+    let model = AutoLm::from_pretrained(&fixture(name), &dev).expect("load");
     let (full, _, mask) = fixture_forward(&model, name);
     let ids = ints(&expected(name)["forward"]["input_ids"]);
     let (b, s) = (ids.len(), ids[0].len());
-    let mut cache = model.new_cache();
+    let mut cache = KvCache::default();
     let mut steps = Vec::new();
     for t in 0..s {
         let col = |m: &[Vec<i64>], r: std::ops::Range<usize>| -> Vec<Vec<i64>> {
@@ -196,7 +196,7 @@ fn llama_kv_cache_matches_full_forward() {
 /// (`cumsum(mask) - 1`, pads at 1), reproduces `transformers`' tokens and log-probabilities.
 fn check_greedy_left_padded(name: &str) {
     let dev = device();
-    let model = load_causal_lm(&fixture(name), &dev).expect("load");
+    let model = AutoLm::from_pretrained(&fixture(name), &dev).expect("load");
     let g = &expected(name)["greedy_left_padded"];
     let mut mask = ints(&g["attention_mask"]);
     let prompt = ints(&g["input_ids"]);
@@ -228,7 +228,7 @@ fn check_greedy_left_padded(name: &str) {
             })
             .collect()
     };
-    let mut cache = KvCache::new(model.num_layers());
+    let mut cache = KvCache::default();
     let mut input = prompt.clone();
     let mut got_tokens = vec![Vec::new(); prompt.len()];
     for step in 0..want_tokens[0].len() {
@@ -284,7 +284,7 @@ fn llama_greedy_left_padded_matches_transformers() {
 fn left_padding_does_not_change_real_positions() {
     let dev = device();
     for name in ["gpt2-tiny", "llama-tiny"] {
-        let model = load_causal_lm(&fixture(name), &dev).expect("load");
+        let model = AutoLm::from_pretrained(&fixture(name), &dev).expect("load");
         let alone = model.forward_simple(
             int_tensor(&[vec![5, 6, 7]], &dev),
             int_tensor(&[vec![1, 1, 1]], &dev),
@@ -307,11 +307,11 @@ fn left_padding_does_not_change_real_positions() {
     }
 }
 
-fn roundtrip(model: &CausalLm, tag: &str) {
+fn roundtrip(model: &AutoLm, tag: &str) {
     let dev = device();
     let dir = temp_dir(tag);
-    save_pretrained(model, &dir).expect("save");
-    let back = load_causal_lm(&dir, &dev).expect("reload");
+    model.save_pretrained(&dir).expect("save");
+    let back = AutoLm::from_pretrained(&dir, &dev).expect("reload");
     assert_eq!(back.config(), model.config());
     let ids = vec![vec![3, 1, 4, 1, 5], vec![9, 2, 6, 0, 0]];
     let mask = vec![vec![1, 1, 1, 1, 1], vec![1, 1, 1, 0, 0]];
@@ -330,10 +330,13 @@ fn roundtrip(model: &CausalLm, tag: &str) {
 fn save_pretrained_roundtrip_gives_identical_logits() {
     let dev = device();
     for name in ["gpt2-tiny", "llama-tiny"] {
-        roundtrip(&load_causal_lm(&fixture(name), &dev).expect("load"), name);
+        roundtrip(
+            &AutoLm::from_pretrained(&fixture(name), &dev).expect("load"),
+            name,
+        );
     }
     // An untied, multi-query Llama initialised at random.
-    let mut cfg = match load_causal_lm(&fixture("llama-tiny"), &dev)
+    let mut cfg = match AutoLm::from_pretrained(&fixture("llama-tiny"), &dev)
         .expect("load")
         .config()
     {
@@ -342,7 +345,7 @@ fn save_pretrained_roundtrip_gives_identical_logits() {
     };
     cfg.tie_word_embeddings = false;
     cfg.num_key_value_heads = 1;
-    let model = CausalLm::init(&ModelConfig::Llama(cfg), &dev);
+    let model = AutoLm::init(&ModelConfig::Llama(cfg), &dev);
     roundtrip(&model, "llama-untied-mqa");
 }
 
@@ -351,16 +354,16 @@ fn save_pretrained_roundtrip_gives_identical_logits() {
 #[test]
 fn multi_query_attention_equals_repeated_heads() {
     let dev = device();
-    let ModelConfig::Llama(mut cfg) = load_causal_lm(&fixture("llama-tiny"), &dev)
+    let ModelConfig::Llama(mut cfg) = AutoLm::from_pretrained(&fixture("llama-tiny"), &dev)
         .expect("load")
         .config()
     else {
         unreachable!()
     };
     cfg.num_key_value_heads = 1;
-    let mqa = CausalLm::init(&ModelConfig::Llama(cfg.clone()), &dev);
+    let mqa = AutoLm::init(&ModelConfig::Llama(cfg.clone()), &dev);
     let dir = temp_dir("mqa");
-    save_pretrained(&mqa, &dir).expect("save");
+    Pretrained::save_pretrained(&mqa, &dir).expect("save");
     let mut t = read_weights(&dir).expect("read");
     let heads = cfg.num_attention_heads;
     for name in t.tensors.keys().cloned().collect::<Vec<_>>() {
@@ -404,7 +407,7 @@ fn truncated_safetensors_is_a_format_error() {
     let path = dir.join("model.safetensors");
     let bytes = std::fs::read(&path).expect("read");
     std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
-    match load_causal_lm(&dir, &device()) {
+    match AutoLm::from_pretrained(&dir, &device()) {
         Err(ModelError::Format { path: p, .. }) => assert_eq!(p, path),
         other => panic!("expected Format error, got {other:?}"),
     }
@@ -416,7 +419,7 @@ fn missing_tensor_is_named() {
     rewrite_weights(&dir, |v| {
         v.retain(|(k, _)| k != "transformer.h.1.mlp.c_fc.weight")
     });
-    match load_causal_lm(&dir, &device()) {
+    match AutoLm::from_pretrained(&dir, &device()) {
         Err(ModelError::MissingTensor { tensor, path }) => {
             assert_eq!(tensor, "h.1.mlp.c_fc.weight");
             assert!(path.ends_with("model.safetensors"));
@@ -436,7 +439,7 @@ fn wrong_shape_is_named() {
             }
         }
     });
-    match load_causal_lm(&dir, &device()) {
+    match AutoLm::from_pretrained(&dir, &device()) {
         Err(ModelError::ShapeMismatch {
             tensor,
             found,
@@ -480,12 +483,12 @@ fn unknown_architecture_and_bad_fields_are_config_errors() {
     )
     .expect("write");
     assert!(matches!(
-        load_causal_lm(&dir, &device()),
+        AutoLm::from_pretrained(&dir, &device()),
         Err(ModelError::Config { .. })
     ));
     let empty = temp_dir("empty");
     assert!(matches!(
-        load_causal_lm(&empty, &device()),
+        AutoLm::from_pretrained(&empty, &device()),
         Err(ModelError::Io { .. })
     ));
 }
@@ -507,9 +510,9 @@ fn config_json_roundtrips() {
 
 #[test]
 fn bad_token_ids_and_long_inputs_are_rejected() {
-    let model = load_causal_lm(&fixture("gpt2-tiny"), &device()).expect("load");
-    assert!(model.validate_input(&[vec![1, 2, 999]]).is_ok());
-    match model.validate_input(&[vec![1, 2], vec![3, 1000]]) {
+    let model = AutoLm::from_pretrained(&fixture("gpt2-tiny"), &device()).expect("load");
+    assert!(model.validate_ids(&[vec![1, 2, 999]], 0).is_ok());
+    match model.validate_ids(&[vec![1, 2], vec![3, 1000]], 0) {
         Err(ModelError::TokenOutOfRange {
             id,
             row,
@@ -521,7 +524,7 @@ fn bad_token_ids_and_long_inputs_are_rejected() {
         other => panic!("expected TokenOutOfRange, got {other:?}"),
     }
     assert!(matches!(
-        model.validate_input(&[vec![0; 65]]),
+        model.validate_ids(&[vec![0; 65]], 0),
         Err(ModelError::ContextTooLong { len: 65, max: 64 })
     ));
 }
@@ -529,8 +532,8 @@ fn bad_token_ids_and_long_inputs_are_rejected() {
 #[test]
 fn value_head_forward_and_roundtrip() {
     let dev = device();
-    let lm = load_causal_lm(&fixture("llama-tiny"), &dev).expect("load");
-    let model = LmWithValueHead::new(lm, &dev);
+    let lm = AutoLm::from_pretrained(&fixture("llama-tiny"), &dev).expect("load");
+    let model = LmWithValueHead::new(lm, ValueHeadInit::Default, &dev);
     let ids = vec![vec![3, 4, 5], vec![6, 7, 0]];
     let mask = vec![vec![1, 1, 1], vec![1, 1, 0]];
     let (logits, values) = model.forward(int_tensor(&ids, &dev), int_tensor(&mask, &dev));
@@ -570,7 +573,8 @@ fn value_head_forward_and_roundtrip() {
     }
     let dir = temp_dir("vhead");
     model.save_pretrained(&dir).expect("save");
-    let back = LmWithValueHead::load(&dir, true, &dev).expect("load");
+    let back =
+        LmWithValueHead::from_pretrained(&dir, true, ValueHeadInit::Default, &dev).expect("load");
     let (_, values2) = back.forward(int_tensor(&ids, &dev), int_tensor(&mask, &dev));
     let v2 = values2.into_data().try_to_vec::<f32>().expect("v2");
     assert_eq!(v, v2);
@@ -590,7 +594,7 @@ fn small_batch(dev: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
 #[test]
 fn lora_with_zero_b_equals_base_and_merge_equals_adapted() {
     let dev = device();
-    let base = load_causal_lm(&fixture("llama-tiny"), &dev).expect("load");
+    let base = AutoLm::from_pretrained(&fixture("llama-tiny"), &dev).expect("load");
     let (ids, mask) = small_batch(&dev);
     let want = base.forward_simple(ids.clone(), mask.clone()).logits;
     let cfg = LoraConfig::attention_and_mlp(4, 8.0);
@@ -621,7 +625,7 @@ fn lora_with_zero_b_equals_base_and_merge_equals_adapted() {
 }
 
 /// Adds N(0, 0.1) noise to every LoRA `B` factor (`[rank, out]`), as training would.
-fn randomize_b(model: CausalLm, rank: usize) -> CausalLm {
+fn randomize_b(model: AutoLm, rank: usize) -> AutoLm {
     struct Noise(usize, usize);
     impl burn::module::ModuleMapper for Noise {
         fn map_float<const D: usize>(
@@ -647,12 +651,12 @@ fn randomize_b(model: CausalLm, rank: usize) -> CausalLm {
 #[test]
 fn lora_gradients_reach_only_the_adapters() {
     let dev = device().autodiff();
-    let base = load_causal_lm(&fixture("llama-tiny"), &dev).expect("load");
+    let base = AutoLm::from_pretrained(&fixture("llama-tiny"), &dev).expect("load");
     let model = apply_lora(base, &LoraConfig::attention(2, 4.0)).expect("lora");
     let (ids, mask) = small_batch(&dev);
     let loss = model.forward_simple(ids, mask).logits.powi_scalar(2).mean();
     let grads = loss.backward();
-    let CausalLm::Llama(m) = &model else {
+    let AutoLm::Llama(m) = &model else {
         unreachable!()
     };
     let q = &m.model.layers[0].self_attn.q_proj.weight;

@@ -4,15 +4,13 @@ use std::path::PathBuf;
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-use lmrl_models::generation::{Generation, generate, left_pad};
-use lmrl_models::sampling::{
+use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ModelError};
+use lmrl_models::{Generation, generate, left_pad};
+use lmrl_models::{
     GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, presence_mask,
     process_logits, top_k_filter, top_p_filter,
 };
-use lmrl_models::scoring::{
-    QueryResponseBatch, response_logprobs, response_values, score, score_reference,
-};
-use lmrl_models::{CausalLm, LmWithValueHead, ModelError, load_causal_lm};
+use lmrl_models::{QueryResponseBatch, response_logprobs, response_values, score, score_reference};
 use serde_json::Value;
 
 fn device() -> Device {
@@ -31,8 +29,8 @@ fn expected(name: &str) -> Value {
     serde_json::from_str(&text).expect("fixture expected.json is JSON")
 }
 
-fn load(name: &str) -> CausalLm {
-    load_causal_lm(&fixture_dir(name), &device()).expect("fixture model loads")
+fn load(name: &str) -> AutoLm {
+    AutoLm::from_pretrained(&fixture_dir(name), &device()).expect("fixture model loads")
 }
 
 fn ints(v: &Value) -> Vec<Vec<i64>> {
@@ -97,7 +95,7 @@ fn fixture_prompts(name: &str) -> (Vec<Vec<u32>>, Value) {
 
 fn check_greedy_fixture(name: &str) {
     let model = load(name);
-    let eos = model.config().eos_token_id();
+    let eos = model.eos_token_id();
     let (prompts, g) = fixture_prompts(name);
     let n = g["max_new_tokens"].as_u64().unwrap() as usize;
     let want_tokens = ints(&g["new_tokens"]);
@@ -198,9 +196,9 @@ fn same_seed_same_samples_different_seed_differs() {
 
 /// Test-only reference: generation without a KV cache, re-running the whole left-padded
 /// sequence every step (positions = cumsum(mask) - 1), with the same processors and chooser.
-fn generate_no_cache(model: &CausalLm, prompts: &[Vec<u32>], cfg: &GenerationConfig) -> Generation {
+fn generate_no_cache(model: &AutoLm, prompts: &[Vec<u32>], cfg: &GenerationConfig) -> Generation {
     let dev = device();
-    let vocab = model.config().vocab_size();
+    let vocab = model.vocab_size();
     let b = prompts.len();
     let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
     let mut real: Vec<Vec<bool>> = prompts.iter().map(|p| vec![true; p.len()]).collect();
@@ -438,7 +436,7 @@ fn qr() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
 fn score_matches_hand_indexed_forward() {
     let dev = device();
     let lm = load("gpt2-tiny");
-    let model = LmWithValueHead::new(lm, &dev);
+    let model = LmWithValueHead::new(lm, lmrl_models::ValueHeadInit::Default, &dev);
     let (queries, responses) = qr();
     let batch = QueryResponseBatch::new(&queries, &responses, 999, &dev).unwrap();
     assert_eq!(batch.max_response_len(), 5);
@@ -484,6 +482,37 @@ fn score_matches_hand_indexed_forward() {
     }
 }
 
+/// Only a vocabulary head, the identity on `V` = 16 hidden units: the hidden states handed to
+/// `response_logprobs` are then the logits themselves.
+#[derive(burn::module::Module, Debug)]
+struct IdentityHead {
+    proj: burn::nn::Linear,
+}
+
+impl CausalLm for IdentityHead {
+    fn hidden_states(
+        &self,
+        _: Tensor<2, Int>,
+        _: Tensor<2, Int>,
+        _: Tensor<2, Int>,
+        _: Option<&mut lmrl_models::KvCache>,
+    ) -> Tensor<3> {
+        unreachable!("the test feeds hidden states directly")
+    }
+    fn lm_head(&self, hidden: Tensor<2>) -> Tensor<2> {
+        hidden.matmul(self.proj.weight.val())
+    }
+    fn vocab_size(&self) -> usize {
+        16
+    }
+    fn hidden_size(&self) -> usize {
+        16
+    }
+    fn max_positions(&self) -> usize {
+        64
+    }
+}
+
 /// The gather is differentiable: the gradient of Σ logprobs w.r.t. the logits is
 /// `onehot(y_t) - softmax` at the response positions and zero elsewhere.
 #[test]
@@ -505,7 +534,13 @@ fn response_logprobs_backpropagates() {
         .map(|i| ((i * 37 % 101) as f32) / 50.0)
         .collect();
     let logits = Tensor::<3>::from_data(TensorData::new(data, [b, s, v]), &dev).require_grad();
-    let (lp, _) = response_logprobs(logits.clone(), &batch);
+    let head = IdentityHead {
+        proj: burn::nn::Linear {
+            weight: burn::module::Param::from_tensor(Tensor::eye(16, &dev)),
+            bias: None,
+        },
+    };
+    let (lp, _) = response_logprobs(&head, logits.clone(), &batch);
     let grads = lp.sum().backward();
     let g = logits.grad(&grads).expect("logits get a gradient");
     let g = g.try_into_vec_as::<f32>().unwrap();

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use half::{bf16, f16};
 use lmrl_models::gguf::{
-    GgmlType, GgufFile, dequantize, hf_tensor_name, permute_rope_rows, unpermute_rope_rows,
+    GgmlType, GgufFile, dequantize, hf_tensor_name, permute_rope_rows, read_gguf,
+    unpermute_rope_rows,
 };
 use lmrl_models::{
-    LmTokenizer, ModelConfig, ModelError, TensorMap, causal_lm_from_tensors, load_causal_lm,
-    read_gguf,
+    AutoLm, CausalLm, LmTokenizer, ModelConfig, ModelError, TensorMap, causal_lm_from_tensors,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -473,7 +473,7 @@ fn llama_tiny_gguf_logits_match_reference() {
     let ids = to_rows(&fwd["input_ids"]);
     let mask = to_rows(&fwd["attention_mask"]);
     let expected = fwd["logits"].as_array().unwrap();
-    let check = |m: &lmrl_models::CausalLm| {
+    let check = |m: &lmrl_models::AutoLm| {
         let out = m.forward_simple(int_tensor(&ids, &device), int_tensor(&mask, &device));
         let [b, s, v] = out.logits.dims();
         let got: Vec<f32> = out
@@ -503,7 +503,7 @@ fn llama_tiny_gguf_logits_match_reference() {
     };
     check(&model);
     // load_causal_lm's GGUF branch gives the same model.
-    check(&load_causal_lm(&path, &device).unwrap());
+    check(&AutoLm::from_pretrained(&path, &device).unwrap());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -836,7 +836,7 @@ fn smollm2_greedy_continues_with_paris() {
     let path = smollm2_path();
     let device = Device::flex();
     let t0 = std::time::Instant::now();
-    let model = load_causal_lm(&path, &device).unwrap();
+    let model = AutoLm::from_pretrained(&path, &device).unwrap();
     let load_s = t0.elapsed().as_secs_f64();
     let tok = LmTokenizer::load_for_model(&path).unwrap();
     let mut ids: Vec<u32> = tok.encode("The capital of France is").unwrap();

@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use lmrl_models::gguf::GgufFile;
 use lmrl_models::gguf::{GgufMetadata, GgufValue};
-use lmrl_models::{GgufFile, LmTokenizer, ModelError};
+use lmrl_models::{LmTokenizer, ModelError};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

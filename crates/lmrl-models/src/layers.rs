@@ -1,0 +1,103 @@
+//! Building blocks shared by the architectures: dense projections, and parameters built from
+//! host tensors (loading) or at random (initialisation), and copied back (saving).
+use burn::module::Param;
+use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear, RmsNorm, RmsNormConfig};
+use burn::tensor::{Device, Distribution, Tensor, TensorData};
+
+use crate::tensors::RawTensor;
+
+/// `x·W + b` for `x`: `[B, S, in]` as one 2-D matmul over `B·S` rows.
+///
+/// burn's `Linear::forward` keeps a `[B, S, in] @ [in, out]` product batched when `S` fills its
+/// row tiles, which re-reads the weight once per batch row; folding the batch into the rows is
+/// markedly faster for the large projections and the vocabulary head.
+pub fn dense(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
+    let [b, s, d_in] = x.dims();
+    let d_out = weight.dims()[1];
+    let y = x.reshape([b * s, d_in]).matmul(weight);
+    let y = match bias {
+        Some(bias) => y + bias.reshape([1, d_out]),
+        None => y,
+    };
+    y.reshape([b, s, d_out])
+}
+
+/// [`dense`] through a burn `Linear` (its weight is `[in, out]`; LoRA adapters included).
+pub fn apply_linear(l: &Linear, x: Tensor<3>) -> Tensor<3> {
+    dense(x, l.weight.val(), l.bias.as_ref().map(|b| b.val()))
+}
+
+/// A trainable parameter holding `raw` reshaped to rank `D`.
+pub(crate) fn param<const D: usize>(raw: RawTensor, device: &Device) -> Param<Tensor<D>> {
+    Param::from_tensor(Tensor::from_data(
+        TensorData::new(raw.data, raw.shape),
+        device,
+    ))
+}
+
+/// `Linear` from a weight already in burn's `[in, out]` layout and an optional bias.
+pub(crate) fn linear(weight: RawTensor, bias: Option<RawTensor>, device: &Device) -> Linear {
+    Linear {
+        weight: param(weight, device),
+        bias: bias.map(|b| param(b, device)),
+    }
+}
+
+/// `Linear` with N(0, 0.02) weights `[d_in, d_out]` and zero bias (HF `_init_weights`).
+pub(crate) fn linear_init(d_in: usize, d_out: usize, bias: bool, device: &Device) -> Linear {
+    Linear {
+        weight: normal_param([d_in, d_out], device),
+        bias: bias.then(|| Param::from_tensor(Tensor::zeros([d_out], device))),
+    }
+}
+
+pub(crate) fn normal_param(shape: [usize; 2], device: &Device) -> Param<Tensor<2>> {
+    Param::from_tensor(Tensor::random(
+        shape,
+        Distribution::Normal(0.0, 0.02),
+        device,
+    ))
+}
+
+pub(crate) fn embedding(weight: RawTensor, device: &Device) -> Embedding {
+    Embedding {
+        weight: param(weight, device),
+    }
+}
+
+pub(crate) fn layer_norm(
+    gamma: RawTensor,
+    beta: RawTensor,
+    eps: f64,
+    device: &Device,
+) -> LayerNorm {
+    let mut ln = LayerNormConfig::new(gamma.shape[0])
+        .with_epsilon(eps)
+        .init(device);
+    ln.gamma = param(gamma, device);
+    ln.beta = Some(param(beta, device));
+    ln
+}
+
+pub(crate) fn rms_norm(gamma: RawTensor, eps: f64, device: &Device) -> RmsNorm {
+    let mut n = RmsNormConfig::new(gamma.shape[0])
+        .with_epsilon(eps)
+        .init(device);
+    n.gamma = param(gamma, device);
+    n
+}
+
+/// Copies a parameter back to the host as f32.
+pub(crate) fn raw<const D: usize>(t: Tensor<D>) -> RawTensor {
+    let shape = t.dims().to_vec();
+    let data = t.into_data().convert::<f32>().try_into_vec::<f32>();
+    RawTensor::new(
+        shape,
+        data.expect("data converted to f32 reads back as f32"),
+    )
+}
+
+/// A `Linear` weight in PyTorch `nn.Linear` layout `[out, in]`.
+pub(crate) fn raw_torch_linear(l: &Linear) -> RawTensor {
+    raw(l.weight.val().transpose())
+}
