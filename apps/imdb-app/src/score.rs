@@ -6,11 +6,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use lmrl_rewards::TextCat;
+use lmrl_rewards::{TextCat, TextCatScore, TextScorer};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::ScoreArgs;
-use crate::setup;
+use crate::task::load_reward;
 
 #[derive(Deserialize)]
 struct Input {
@@ -25,25 +25,12 @@ struct Output {
 }
 
 pub fn run(args: &ScoreArgs) -> Result<ExitCode> {
-    let cache = lmrl_runs::asset_cache(args.cache_dir.as_deref())?;
-    let f = std::fs::File::open(&args.input)
-        .with_context(|| format!("cannot open {}", args.input.display()))?;
-    let mut inputs = Vec::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("cannot read {}", args.input.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: Input = serde_json::from_str(&line).with_context(|| {
-            format!(
-                "{} line {}: expected {{\"text\": ..., \"tokens\"?: [...]}}",
-                args.input.display(),
-                i + 1
-            )
-        })?;
-        inputs.push(v);
-    }
-    let outputs: Vec<Output> = if args.reward == "textcat" || args.reward.starts_with("textcat:") {
+    let cache = lmrl_train::asset_cache(args.cache_dir.as_deref())?;
+    let inputs = read_inputs(&args.input)?;
+    let outputs: Vec<Output> = if args.reward == "textcat"
+        || args.reward == "textcat-prob"
+        || args.reward.starts_with("textcat:")
+    {
         let dir = match args.reward.split_once(':') {
             Some((_, d)) => d.into(),
             None => cache.resolve("imdb-textcat")?,
@@ -58,7 +45,10 @@ pub fn run(args: &ScoreArgs) -> Result<ExitCode> {
                 };
                 Output {
                     p_pos: Some(s.p_pos),
-                    score: s.logit,
+                    score: match args.reward.as_str() {
+                        "textcat-prob" => s.p_pos,
+                        _ => s.logit,
+                    },
                 }
             })
             .collect()
@@ -66,11 +56,10 @@ pub fn run(args: &ScoreArgs) -> Result<ExitCode> {
         if inputs.iter().any(|x| x.tokens.is_some()) {
             bail!("`tokens` is only supported with the textcat reward");
         }
-        let device = crate::select_device();
-        let reward = setup::load_reward(&args.reward, &cache, &device)?;
-        let texts: Vec<String> = inputs.iter().map(|x| x.text.clone()).collect();
-        let batch: Vec<(&str, &str)> = texts.iter().map(|t| ("", t.as_str())).collect();
-        let scores = reward.score(&batch)?;
+        let device = lmrl_train::select_device(args.device.as_deref())?;
+        let reward = load_reward(&args.reward, &cache, &device)?;
+        let texts: Vec<&str> = inputs.iter().map(|x| x.text.as_str()).collect();
+        let scores = reward.score_texts(&texts)?;
         // VADER has no probability, and the DistilBERT reward exposes only the POSITIVE logit
         // (P(POS) would need both logits): p_pos is null for both.
         scores
@@ -89,4 +78,24 @@ pub fn run(args: &ScoreArgs) -> Result<ExitCode> {
     lmrl_runs::atomic_write(&args.out, &text)?;
     eprintln!("scored {} texts into {}", outputs.len(), args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every line of the input JSONL, in order: a blank line, a line that is not UTF-8 or not an
+/// input object is an error naming its line, so output line *n* always answers input line *n*.
+fn read_inputs(path: &std::path::Path) -> Result<Vec<Input>> {
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut inputs = Vec::new();
+    for (i, line) in BufReader::new(f).split(b'\n').enumerate() {
+        let at = || format!("{} line {}", path.display(), i + 1);
+        let bytes = line.with_context(|| format!("cannot read {}", at()))?;
+        let text = std::str::from_utf8(&bytes).with_context(|| format!("{}: not UTF-8", at()))?;
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        if text.trim().is_empty() {
+            bail!("{}: blank line (expected {{\"text\": ...}})", at());
+        }
+        let v: Input = serde_json::from_str(text)
+            .with_context(|| format!("{}: expected {{\"text\": ..., \"tokens\"?: [...]}}", at()))?;
+        inputs.push(v);
+    }
+    Ok(inputs)
 }

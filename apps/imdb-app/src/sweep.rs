@@ -5,13 +5,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use clap::ArgMatches;
 use lmrl_runs::{
-    CurveGroup, FrontierPoint, MetricRow, Outcome, SUMMARY_FILE, atomic_write, mean_std,
-    plot_curves, plot_frontier, read_rows,
+    CheckpointDir, CurveGroup, FrontierPoint, MetricRow, atomic_write, mean_std, plot_curves,
+    plot_frontier, read_rows,
 };
+use lmrl_train::{Outcome, Resolved, SUMMARY_FILE, resolve_with};
 
-use crate::cli::{SweepArgs, TrainArgs};
-use crate::train;
+use crate::config::ImdbConfig;
+use crate::cli::SweepArgs;
+use crate::task::ImdbTask;
 
 fn finished(dir: &Path, iterations: usize) -> bool {
     std::fs::read_to_string(dir.join(SUMMARY_FILE))
@@ -56,7 +59,7 @@ fn add_curves(groups: &mut [Vec<CurveGroup>; 3], setting: &str, rows: &[MetricRo
     agents.sort();
     agents.dedup();
     for agent in agents {
-        let label = if agent == lmrl_runs::POLICY {
+        let label = if agent == lmrl_train::POLICY {
             setting.to_string()
         } else {
             format!("{setting} {agent}")
@@ -78,12 +81,27 @@ fn add_curves(groups: &mut [Vec<CurveGroup>; 3], setting: &str, rows: &[MetricRo
     }
 }
 
-pub fn run(args: &SweepArgs) -> Result<ExitCode> {
+/// The settings the sweep sets per run, as a partial `config.toml`.
+fn forced(algo: lmrl_train::Algo, kl: f64, seed: u64) -> toml::Table {
+    let mut t = toml::Table::new();
+    let mut run = toml::Table::new();
+    run.insert("algo".into(), algo.name().into());
+    run.insert("seed".into(), (seed as i64).into());
+    let mut ppo = toml::Table::new();
+    ppo.insert("init_kl_coef".into(), kl.into());
+    t.insert("run".into(), run.into());
+    t.insert("ppo".into(), ppo.into());
+    t
+}
+
+/// Runs the sweep; `matches` are those of the `sweep` subcommand.
+pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
     let c = &args.common;
+    let set_by_sweep = ["algo", "init_kl_coef", "seed"];
     if c.run.resume.is_some()
-        || c.ppo.algo.is_some()
-        || c.ppo.init_kl_coef.is_some()
-        || c.ppo.seed.is_some()
+        || set_by_sweep
+            .iter()
+            .any(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
     {
         bail!(
             "sweep sets --algo, --init-kl-coef, --seed and --resume itself; use --algos, --init-kl-coefs, --seeds"
@@ -95,6 +113,7 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs/sweep"));
     std::fs::create_dir_all(&root)?;
+    lmrl_train::install_signal_handler();
     let mut points = Vec::new();
     let mut curves: [Vec<CurveGroup>; 3] = Default::default();
     let mut csv = String::from("algo,init_kl_coef,seeds,reward_mean,reward_std,kl_mean,kl_std\n");
@@ -104,26 +123,19 @@ pub fn run(args: &SweepArgs) -> Result<ExitCode> {
             let mut kls = Vec::new();
             for &seed in &args.seeds {
                 let dir = root.join(format!("{}-kl{kl}-seed{seed}", algo.name()));
-                let mut a: TrainArgs = c.clone();
-                a.ppo.algo = Some(algo);
-                a.ppo.init_kl_coef = Some(kl);
-                a.ppo.seed = Some(seed);
-                a.run.out = Some(dir.clone());
-                let (cfg, _, _) = train::resolve(&a)?;
-                if finished(&dir, cfg.iterations) {
+                let mut run_args = c.run.clone();
+                run_args.out = Some(dir.clone());
+                let fresh: Resolved<ImdbConfig> =
+                    resolve_with(matches, &run_args, &forced(algo, kl, seed))?;
+                if finished(&dir, fresh.config.run.iterations) {
                     eprintln!("sweep: {} finished, skipped", dir.display());
                 } else {
-                    let resume = crate::train::has_checkpoint(&dir)?;
-                    if resume {
-                        eprintln!("sweep: resuming {}", dir.display());
-                    } else if dir.exists() {
-                        // Started but interrupted before its first checkpoint: start over.
-                        std::fs::remove_dir_all(&dir)?;
-                    }
-                    eprintln!("sweep: training {}", dir.display());
-                    match train::train(&cfg, &dir, resume, c.run.cache_dir.as_deref())? {
+                    let resume = CheckpointDir::new(dir.join("checkpoints")).latest()?.is_some();
+                    eprintln!("sweep: {} {}", if resume { "resuming" } else { "training" }, dir.display());
+                    let resolved = Resolved { resume, ..fresh };
+                    match lmrl_train::train_resolved("imdb-app sweep", &resolved, &run_args, ImdbTask::build)? {
                         Outcome::Finished => {}
-                        Outcome::Interrupted => {
+                        Outcome::Stopped => {
                             eprintln!("sweep interrupted; rerun the same command to continue");
                             return Ok(ExitCode::from(130));
                         }

@@ -30,20 +30,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ad = plain.clone().autodiff();
     let (policy_lm, reference, name) = match &model {
         Some(p) => (
-            load_causal_lm(p, &ad)?,
-            load_causal_lm(p, &plain)?,
+            AutoLm::from_pretrained(p, &ad)?,
+            AutoLm::from_pretrained(p, &plain)?,
             p.display().to_string(),
         ),
         None => {
             let cfg = gpt2_small()?;
-            let lm = CausalLm::init(&cfg, &ad);
+            let lm = AutoLm::init(&cfg, &ad);
             // A second random model as the reference: speed does not depend on the weights.
-            let reference = CausalLm::init(&cfg, &plain);
+            let reference = AutoLm::init(&cfg, &plain);
             (lm, reference, "gpt2-small-random".to_string())
         }
     };
     let vocab = reference.config().vocab_size();
-    let policy = LmWithValueHead::new(policy_lm, &ad);
+    let policy = LmWithValueHead::new(policy_lm, ValueHeadInit::Default, &ad);
     let cfg = PpoConfig {
         batch_size: BATCH,
         mini_batch_size: BATCH,

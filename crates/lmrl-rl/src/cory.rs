@@ -1,23 +1,23 @@
-//! CORY (Ma et al., "Coevolving with the Other You", arXiv 2410.06101): two PPO agents from the
-//! same pretrained LM cooperate as pioneer and observer and periodically exchange roles
-//! (paper Algorithm 1; spec §2).
+//! CORY (Ma et al., "Coevolving with the Other You", arXiv 2410.06101): two copies of the same
+//! pretrained LM cooperate as pioneer and observer, both trained on the sum of their task
+//! rewards, and periodically exchange roles (the paper's Algorithm 1; `docs/cory.md`).
 //!
-//! Text handling (decoding, the observer template, the task reward) belongs to the
-//! application and plugs in through [`CoryEnv`], so this crate stays free of tokenizers and
-//! reward models.
+//! Each copy is a [`Learner`] — PPO in the paper, but any algorithm that implements the trait
+//! (the group-relative ones included) runs under CORY unchanged. Text handling (decoding, the
+//! observer template) belongs to the application and plugs in through [`CoryEnv`]; the task
+//! reward is an `lmrl_rewards::Reward` over each prompt's own context.
 
 use std::error::Error;
 use std::path::Path;
 
-use lmrl_models::CausalLm;
-use lmrl_models::sampling::GenerationConfig;
+use lmrl_models::{AutoLm, CausalLm, GenerationConfig, LmWithValueHead, ValueHeadInit};
+use lmrl_rewards::{Reward, Sample};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
-use crate::ppo::agent::PpoAgent;
-use crate::ppo::config::PpoConfig;
+use crate::learner::{Learner, StepStats};
+use crate::ppo::{PpoAgent, PpoConfig};
 use crate::ppo::state::{read_toml, state_err, write_toml};
-use crate::ppo::stats::PpoStats;
 
 /// Error type of the application's plug-ins.
 pub type EnvError = Box<dyn Error + Send + Sync>;
@@ -34,40 +34,43 @@ pub enum GenerationPurpose {
     QueryOnly,
 }
 
-/// What the application supplies: tokenizer, observer template and task reward, and
-/// optionally its own way of running generation (chunking, progress display).
-pub trait CoryEnv {
+/// A prompt of a batch: its token ids, its text, and the context its reward needs (the plain
+/// query for the IMDB sentiment rewards, the ground truth for GSM8K).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prompt<C> {
+    pub ids: Vec<u32>,
+    pub text: String,
+    pub context: C,
+}
+
+/// What the application supplies besides the reward: the tokenizer (text ↔ ids), the observer
+/// template, and optionally its own way of running generation (chunking, progress display).
+pub trait CoryEnv<M: CausalLm, C> {
     /// Token ids → text (the reference keeps special tokens such as `<|endoftext|>`).
     fn decode(&self, ids: &[u32]) -> std::result::Result<String, EnvError>;
     /// Text → token ids (the observer prompt is re-encoded without truncation).
     fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, EnvError>;
-    /// The observer's prompt from the query text and the pioneer's response text (IMDB:
+    /// The observer's prompt from the pioneer's prompt and response text (IMDB:
     /// `I can make this sentence "{q}{y1}" more positive: {q}`; GSM8K: `Reference: {y1}`
     /// before the final `Answer:`).
     fn observer_prompt(
         &self,
-        query: &str,
+        prompt: &Prompt<C>,
         pioneer_response: &str,
     ) -> std::result::Result<String, EnvError>;
-    /// Task rewards r(q, y), one per pair, scored on the **plain query** plus the response.
-    fn rewards(
-        &mut self,
-        queries: &[String],
-        responses: &[String],
-    ) -> std::result::Result<Vec<f32>, EnvError>;
-    /// Samples one response per prompt from `agent` with `config` (whose seed the trainer has
-    /// already made distinct per `purpose`). The default is one [`PpoAgent::generate`] call;
+    /// Samples one response per prompt from `learner` with `config` (whose seed the trainer
+    /// has already made distinct per `purpose`). The default is one [`Learner::generate`] call;
     /// an application may split the batch into chunks or show progress, as long as the result
     /// is a deterministic function of its arguments (which exact resume relies on).
     fn generate(
         &mut self,
-        agent: &PpoAgent,
+        learner: &dyn Learner<M>,
         prompts: &[Vec<u32>],
         config: &GenerationConfig,
         purpose: GenerationPurpose,
     ) -> std::result::Result<Vec<Vec<u32>>, EnvError> {
         let _ = purpose;
-        Ok(agent.generate(prompts, config)?.tokens)
+        Ok(learner.generate(prompts, config)?.tokens)
     }
 }
 
@@ -78,11 +81,12 @@ fn ext<T>(component: &str, r: std::result::Result<T, EnvError>) -> Result<T> {
     })
 }
 
-/// How the task rewards of the two responses become each agent's PPO score.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// How the task rewards of the two responses become each learner's score.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RewardMode {
     /// R = r(q, y₁) + r(q, y₂) for both agents (paper Eq. 4, the reference code).
+    #[default]
     Sum,
     /// R_self + λ·R_other (camera-ready appendix E.2; λ < 0 is competitive).
     SelfPlusOther {
@@ -91,32 +95,39 @@ pub enum RewardMode {
     },
 }
 
-/// CORY settings on top of the two agents' [`crate::ppo::PpoConfig`]s.
+/// CORY settings on top of the two learners' own (e.g. [`crate::PpoConfig`]). With the `cli`
+/// feature, a clap argument group (`--swap-period`, …).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct CoryConfig {
-    /// Role exchange every this many iterations (T_REx = 5); 0 = never (the "no role exchange"
-    /// ablation).
-    pub swap_every: usize,
-    /// At each exchange, give both agents a freshly built trainer's state (new Adam moments, β
-    /// back to its initial value, empty reward statistics, reseeded minibatch RNG), as the
-    /// reference code's reload-from-disk does. Default `false`: the paper's Algorithm 1 swaps
-    /// only the parameters, and every piece of state travels with the weights it belongs to.
+    /// CORY: exchange roles every this many iterations (T_REx = 5); 0 = never (the "no role
+    /// exchange" ablation).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub swap_period: usize,
+    /// CORY: at each exchange, give both learners a freshly built trainer's state (new Adam
+    /// moments, β back to its initial value, empty reward statistics, reseeded minibatch RNG),
+    /// as the reference code's reload-from-disk does. Off by default: Algorithm 1 swaps only the
+    /// parameters, and every piece of state travels with the weights it belongs to.
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub reset_state_on_swap: bool,
-    /// How R is formed.
+    /// How R is formed from the two task rewards.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub reward_mode: RewardMode,
-    /// Also measure the observer on the plain query (pioneer format): one extra generation and
-    /// reward call per iteration.
-    pub eval_query_only: bool,
+    /// CORY: also measure the observer answering the plain query (pioneer format), so curves
+    /// stay comparable across role exchanges: one extra generation and reward call per
+    /// iteration.
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
+    pub pioneer_format_metrics: bool,
 }
 
 impl Default for CoryConfig {
     fn default() -> Self {
         Self {
-            swap_every: 5,
+            swap_period: 5,
             reset_state_on_swap: false,
             reward_mode: RewardMode::Sum,
-            eval_query_only: true,
+            pioneer_format_metrics: true,
         }
     }
 }
@@ -153,8 +164,8 @@ pub struct AgentMetrics {
     pub query_only_combined: Option<f32>,
     /// Mean score R the agent was trained on (before normalisation).
     pub trained_score: f32,
-    /// The full PPO statistics of its step.
-    pub ppo: PpoStats,
+    /// The statistics of its step.
+    pub stats: StepStats,
 }
 
 /// The texts of one iteration, for sample logs.
@@ -204,16 +215,25 @@ pub struct CoryState {
     pub pioneer: String,
 }
 
-/// Two PPO agents sharing one frozen reference.
-#[derive(Debug)]
-pub struct CoryTrainer {
+/// Two learners sharing one frozen reference.
+pub struct CoryTrainer<M: CausalLm, L: Learner<M>> {
     /// `[pioneer, observer]`.
-    slots: [PpoAgent; 2],
+    slots: [L; 2],
     /// Which LLM (0 = llm1, 1 = llm2) sits in each slot.
     llm_in_slot: [usize; 2],
-    reference: CausalLm,
+    reference: M,
     config: CoryConfig,
     iteration: usize,
+}
+
+impl<M: CausalLm, L: Learner<M>> std::fmt::Debug for CoryTrainer<M, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoryTrainer")
+            .field("llm_in_slot", &self.llm_in_slot)
+            .field("config", &self.config)
+            .field("iteration", &self.iteration)
+            .finish_non_exhaustive()
+    }
 }
 
 const LLM_NAMES: [&str; 2] = ["llm1", "llm2"];
@@ -226,35 +246,85 @@ fn mean(x: &[f32]) -> f32 {
     }
 }
 
-impl CoryTrainer {
+/// Each prompt `samples` times in a row: the batch layout of [`Learner::samples_per_prompt`].
+fn repeat_each<T>(items: &[T], samples: usize) -> Vec<&T> {
+    items
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p, samples))
+        .collect()
+}
+
+fn decode_all<M: CausalLm, C, E: CoryEnv<M, C>>(env: &E, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
+    seqs.iter().map(|y| ext("decode", env.decode(y))).collect()
+}
+
+/// Task rewards of responses to `prompts` (the rewarded texts and contexts come from `prompts`).
+fn rewards<C>(
+    reward: &dyn Reward<C>,
+    prompts: &[&str],
+    responses: &[String],
+    contexts: &[&C],
+) -> Result<Vec<f32>> {
+    let samples: Vec<Sample<'_, C>> = prompts
+        .iter()
+        .zip(responses)
+        .zip(contexts)
+        .map(|((p, r), c)| Sample::new(p, r, *c))
+        .collect();
+    let r = reward.score(&samples).map_err(|e| RlError::External {
+        component: format!("reward {}", reward.name()),
+        message: e.to_string(),
+    })?;
+    if r.len() != samples.len() {
+        return Err(RlError::Shape {
+            what: format!("rewards of {}", reward.name()),
+            expected: vec![samples.len()],
+            got: vec![r.len()],
+        });
+    }
+    Ok(r)
+}
+
+impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
     /// `llm1` starts as pioneer, `llm2` as observer; both are scored against `reference`.
-    pub fn new(llm1: PpoAgent, llm2: PpoAgent, reference: CausalLm, config: CoryConfig) -> Self {
-        Self {
+    /// Both must sample the same number of responses per prompt.
+    pub fn new(llm1: L, llm2: L, reference: M, config: CoryConfig) -> Result<Self> {
+        if llm1.samples_per_prompt() != llm2.samples_per_prompt() {
+            return Err(RlError::Config {
+                field: "samples_per_prompt".into(),
+                reason: format!(
+                    "llm1 samples {} responses per prompt, llm2 {}: CORY pairs them one to one",
+                    llm1.samples_per_prompt(),
+                    llm2.samples_per_prompt()
+                ),
+            });
+        }
+        Ok(Self {
             slots: [llm1, llm2],
             llm_in_slot: [0, 1],
             reference,
             config,
             iteration: 0,
-        }
+        })
     }
 
-    /// The agent currently in the pioneer role.
-    pub fn pioneer(&self) -> &PpoAgent {
+    /// The learner currently in the pioneer role.
+    pub fn pioneer(&self) -> &L {
         &self.slots[0]
     }
 
-    /// The agent currently in the observer role.
-    pub fn observer(&self) -> &PpoAgent {
+    /// The learner currently in the observer role.
+    pub fn observer(&self) -> &L {
         &self.slots[1]
     }
 
-    /// The agent holding LLM `i` (0 = llm1, 1 = llm2), wherever it is.
-    pub fn llm(&self, i: usize) -> &PpoAgent {
+    /// The learner holding LLM `i` (0 = llm1, 1 = llm2), wherever it is.
+    pub fn llm(&self, i: usize) -> &L {
         let slot = if self.llm_in_slot[0] == i { 0 } else { 1 };
         &self.slots[slot]
     }
 
-    fn llm_mut(&mut self, i: usize) -> &mut PpoAgent {
+    fn llm_mut(&mut self, i: usize) -> &mut L {
         let slot = if self.llm_in_slot[0] == i { 0 } else { 1 };
         &mut self.slots[slot]
     }
@@ -273,7 +343,7 @@ impl CoryTrainer {
         }
     }
 
-    /// Writes both agents' training states ([`PpoAgent::save_state`], in `dir/llm1` and
+    /// Writes both learners' training states ([`Learner::save_state`], in `dir/llm1` and
     /// `dir/llm2`) and `cory_state.toml` ([`CoryState`]); no weights.
     pub fn save_state(&self, dir: &Path) -> Result<()> {
         for (i, name) in LLM_NAMES.iter().enumerate() {
@@ -283,8 +353,8 @@ impl CoryTrainer {
     }
 
     /// Restores what [`CoryTrainer::save_state`] wrote into a trainer built with
-    /// [`CoryTrainer::new`] from agents that already hold the saved weights of llm1 and llm2:
-    /// their optimizer/β/normaliser state, the roles and the iteration counter.
+    /// [`CoryTrainer::new`] from learners that already hold the saved weights of llm1 and llm2:
+    /// their optimiser/β/normaliser state, the roles and the iteration counter.
     pub fn load_state(&mut self, dir: &Path) -> Result<()> {
         for (i, name) in LLM_NAMES.iter().enumerate() {
             self.llm_mut(i).load_state(&dir.join(name))?;
@@ -324,31 +394,6 @@ impl CoryTrainer {
         Ok(())
     }
 
-    /// Weights and training state of both agents ([`PpoAgent::save`], in `dir/llm1` and
-    /// `dir/llm2`) and the trainer's own state: everything to continue exactly.
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        for (i, name) in LLM_NAMES.iter().enumerate() {
-            self.llm(i).save(&dir.join(name))?;
-        }
-        write_toml(&dir.join(CORY_STATE_FILE), &self.state())
-    }
-
-    /// The trainer [`CoryTrainer::save`] wrote to `dir`: both agents on `device` (autodiff)
-    /// continuing with `ppo`, scored against `reference`, with the CORY settings `config`.
-    pub fn load(
-        dir: &Path,
-        ppo: &PpoConfig,
-        reference: CausalLm,
-        config: CoryConfig,
-        device: &burn::tensor::Device,
-    ) -> Result<Self> {
-        let llm1 = PpoAgent::load(&dir.join(LLM_NAMES[0]), ppo.clone(), device)?;
-        let llm2 = PpoAgent::load(&dir.join(LLM_NAMES[1]), ppo.clone(), device)?;
-        let mut t = Self::new(llm1, llm2, reference, config);
-        t.load_roles(dir)?;
-        Ok(t)
-    }
-
     /// Role of LLM `i` now.
     pub fn role_of(&self, i: usize) -> Role {
         if self.llm_in_slot[0] == i {
@@ -359,7 +404,7 @@ impl CoryTrainer {
     }
 
     /// The shared frozen reference.
-    pub fn reference(&self) -> &CausalLm {
+    pub fn reference(&self) -> &M {
         &self.reference
     }
 
@@ -373,7 +418,7 @@ impl CoryTrainer {
         &self.config
     }
 
-    /// Role exchange: the two agents (weights, value heads, and their optimizer/β/normaliser
+    /// Role exchange: the two learners (weights, value heads, and their optimiser/β/normaliser
     /// state) trade slots; with `reset_state_on_swap` both states are then reset as the
     /// reference code's rebuild does.
     pub fn swap_roles(&mut self) {
@@ -388,7 +433,7 @@ impl CoryTrainer {
     }
 
     /// Gives back `(llm1, llm2)`.
-    pub fn into_agents(self) -> (PpoAgent, PpoAgent) {
+    pub fn into_learners(self) -> (L, L) {
         let [s0, s1] = self.slots;
         if self.llm_in_slot[0] == 0 {
             (s0, s1)
@@ -397,46 +442,46 @@ impl CoryTrainer {
         }
     }
 
-    /// One CORY iteration (spec §2, steps 2–8):
-    /// pioneer samples y₁ ~ π_pio(·|q); the observer prompt m = template(q, y₁) is re-encoded;
-    /// observer samples y₂ ~ π_obs(·|m); r₁ = r(q, y₁), r₂ = r(q, y₂); both agents take a PPO
-    /// step on their own context with the combined score; the roles are exchanged every
-    /// `swap_every` iterations.
+    /// One CORY iteration (Algorithm 1): the pioneer samples y₁ ~ π_pio(·|q); the observer
+    /// prompt m = template(q, y₁) is re-encoded; the observer samples y₂ ~ π_obs(·|m);
+    /// r₁ = r(q, y₁) and r₂ = r(q, y₂) are scored with each prompt's own context; both learners
+    /// take a step on their own context with the combined score R (Eq. 4); the roles are
+    /// exchanged every `swap_period` iterations.
     ///
-    /// `generation` is used as given for the pioneer; the observer's sampler seed is `generation.seed + 1`
-    /// and the query-only evaluation's `generation.seed + 2`, so the three sample streams differ.
-    /// All three use the same `max_new_tokens` (the reference draws one `gen_len` for all).
-    pub fn iteration<E: CoryEnv>(
+    /// With learners that sample G > 1 responses per prompt, each prompt is answered G times
+    /// by the pioneer, the observer answers each of those answers once, and each learner's
+    /// groups are the G samples of one prompt.
+    ///
+    /// `generation` is used as given for the pioneer; the observer's sampler seed is
+    /// `generation.seed + 1` and the query-only evaluation's `generation.seed + 2`, so the three
+    /// sample streams differ. All three use the same `max_new_tokens` (the reference draws one
+    /// `gen_len` for all).
+    pub fn iteration<C, E: CoryEnv<M, C>>(
         &mut self,
-        queries: &[Vec<u32>],
+        prompts: &[Prompt<C>],
         generation: &GenerationConfig,
         env: &mut E,
+        reward: &dyn Reward<C>,
     ) -> Result<CoryIterationStats> {
-        let q_text = queries
-            .iter()
-            .map(|q| ext("decode", env.decode(q)))
-            .collect::<Result<Vec<_>>>()?;
+        let g = self.slots[0].samples_per_prompt();
+        let expanded = repeat_each(prompts, g);
+        let queries: Vec<Vec<u32>> = expanded.iter().map(|p| p.ids.clone()).collect();
+        let q_text: Vec<&str> = expanded.iter().map(|p| p.text.as_str()).collect();
+        let contexts: Vec<&C> = expanded.iter().map(|p| &p.context).collect();
 
         // Pioneer.
+        let pioneer: &dyn Learner<M> = &self.slots[0];
         let y1 = ext(
             "generate",
-            env.generate(
-                &self.slots[0],
-                queries,
-                generation,
-                GenerationPurpose::Pioneer,
-            ),
+            env.generate(pioneer, &queries, generation, GenerationPurpose::Pioneer),
         )?;
-        let y1_text = y1
-            .iter()
-            .map(|y| ext("decode", env.decode(y)))
-            .collect::<Result<Vec<_>>>()?;
+        let y1_text = decode_all(env, &y1)?;
 
         // Observer on the merged prompt.
-        let m_text = q_text
+        let m_text = expanded
             .iter()
             .zip(&y1_text)
-            .map(|(q, y)| ext("observer template", env.observer_prompt(q, y)))
+            .map(|(p, y)| ext("observer template", env.observer_prompt(p, y)))
             .collect::<Result<Vec<_>>>()?;
         let m_ids = m_text
             .iter()
@@ -446,55 +491,20 @@ impl CoryTrainer {
             seed: generation.seed.wrapping_add(1),
             ..generation.clone()
         };
+        let observer: &dyn Learner<M> = &self.slots[1];
         let y2 = ext(
             "generate",
-            env.generate(
-                &self.slots[1],
-                &m_ids,
-                &gen_obs,
-                GenerationPurpose::Observer,
-            ),
+            env.generate(observer, &m_ids, &gen_obs, GenerationPurpose::Observer),
         )?;
-        let y2_text = y2
-            .iter()
-            .map(|y| ext("decode", env.decode(y)))
-            .collect::<Result<Vec<_>>>()?;
+        let y2_text = decode_all(env, &y2)?;
 
-        // Task rewards, both on the plain query.
-        let r1 = ext("reward", env.rewards(&q_text, &y1_text))?;
-        let r2 = ext("reward", env.rewards(&q_text, &y2_text))?;
-        for (name, r) in [("pioneer rewards", &r1), ("observer rewards", &r2)] {
-            if r.len() != queries.len() {
-                return Err(RlError::Shape {
-                    what: name.into(),
-                    expected: vec![queries.len()],
-                    got: vec![r.len()],
-                });
-            }
-        }
+        // Task rewards, both with the plain prompt's context.
+        let r1 = rewards(reward, &q_text, &y1_text, &contexts)?;
+        let m_refs: Vec<&str> = m_text.iter().map(String::as_str).collect();
+        let r2 = rewards(reward, &m_refs, &y2_text, &contexts)?;
 
-        // Observer in pioneer format, before its update (like the pioneer's own metrics).
-        let obs_query_only = if self.config.eval_query_only {
-            let gen_eval = GenerationConfig {
-                seed: generation.seed.wrapping_add(2),
-                ..generation.clone()
-            };
-            let yq = ext(
-                "generate",
-                env.generate(
-                    &self.slots[1],
-                    queries,
-                    &gen_eval,
-                    GenerationPurpose::QueryOnly,
-                ),
-            )?;
-            let yq_text = yq
-                .iter()
-                .map(|y| ext("decode", env.decode(y)))
-                .collect::<Result<Vec<_>>>()?;
-            let rq = ext("reward", env.rewards(&q_text, &yq_text))?;
-            let klq = self.slots[1].kl_to_reference(queries, &yq, &self.reference)?;
-            Some((mean(&rq), mean(&klq)))
+        let obs_query_only = if self.config.pioneer_format_metrics {
+            Some(self.observer_on_queries(prompts, generation, env, reward)?)
         } else {
             None
         };
@@ -510,39 +520,11 @@ impl CoryTrainer {
             ),
         };
 
-        let st1 = self.slots[0].step(queries, &y1, &s1, &self.reference)?;
+        let st1 = self.slots[0].step(&queries, &y1, &s1, &self.reference)?;
         let st2 = self.slots[1].step(&m_ids, &y2, &s2, &self.reference)?;
 
-        let pioneer = {
-            let (task, kl, beta) = (mean(&r1), st1.objective_kl, st1.objective_kl_coef as f32);
-            AgentMetrics {
-                llm: LLM_NAMES[self.llm_in_slot[0]],
-                role: Role::Pioneer,
-                task_reward: task,
-                kl,
-                combined_reward: task - beta * kl,
-                query_only_reward: Some(task),
-                query_only_kl: Some(kl),
-                query_only_combined: Some(task - beta * kl),
-                trained_score: mean(&s1),
-                ppo: st1,
-            }
-        };
-        let observer = {
-            let (task, kl, beta) = (mean(&r2), st2.objective_kl, st2.objective_kl_coef as f32);
-            AgentMetrics {
-                llm: LLM_NAMES[self.llm_in_slot[1]],
-                role: Role::Observer,
-                task_reward: task,
-                kl,
-                combined_reward: task - beta * kl,
-                query_only_reward: obs_query_only.map(|(r, _)| r),
-                query_only_kl: obs_query_only.map(|(_, k)| k),
-                query_only_combined: obs_query_only.map(|(r, k)| r - beta * k),
-                trained_score: mean(&s2),
-                ppo: st2,
-            }
-        };
+        let pioneer = self.metrics(0, Role::Pioneer, &r1, &s1, st1, None);
+        let observer = self.metrics(1, Role::Observer, &r2, &s2, st2, obs_query_only);
         let agents = if self.llm_in_slot[0] == 0 {
             [pioneer, observer]
         } else {
@@ -551,7 +533,7 @@ impl CoryTrainer {
         let index = self.iteration;
         self.iteration += 1;
         let swap =
-            self.config.swap_every > 0 && self.iteration.is_multiple_of(self.config.swap_every);
+            self.config.swap_period > 0 && self.iteration.is_multiple_of(self.config.swap_period);
         if swap {
             self.swap_roles();
         }
@@ -560,7 +542,7 @@ impl CoryTrainer {
             agents,
             swapped_after: swap,
             texts: CoryTexts {
-                queries: q_text,
+                queries: q_text.iter().map(|q| q.to_string()).collect(),
                 pioneer_responses: y1_text,
                 observer_prompts: m_text,
                 observer_responses: y2_text,
@@ -569,4 +551,100 @@ impl CoryTrainer {
             },
         })
     }
+
+    /// The observer answering the plain prompts (pioneer format, one sample each), before its
+    /// update: mean task reward and mean Σ_t KL_t.
+    fn observer_on_queries<C, E: CoryEnv<M, C>>(
+        &self,
+        prompts: &[Prompt<C>],
+        generation: &GenerationConfig,
+        env: &mut E,
+        reward: &dyn Reward<C>,
+    ) -> Result<(f32, f32)> {
+        let queries: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
+        let texts: Vec<&str> = prompts.iter().map(|p| p.text.as_str()).collect();
+        let contexts: Vec<&C> = prompts.iter().map(|p| &p.context).collect();
+        let gen_eval = GenerationConfig {
+            seed: generation.seed.wrapping_add(2),
+            ..generation.clone()
+        };
+        let observer: &dyn Learner<M> = &self.slots[1];
+        let yq = ext(
+            "generate",
+            env.generate(observer, &queries, &gen_eval, GenerationPurpose::QueryOnly),
+        )?;
+        let yq_text = decode_all(env, &yq)?;
+        let rq = rewards(reward, &texts, &yq_text, &contexts)?;
+        let klq = self.slots[1].kl_to_reference(&queries, &yq, &self.reference)?;
+        Ok((mean(&rq), mean(&klq)))
+    }
+
+    /// The metrics of the learner in `slot` after its step: its own task reward (not R), its
+    /// KL, r − β·KL, and its plain-query measurement (the pioneer's training role is already
+    /// the plain query).
+    fn metrics(
+        &self,
+        slot: usize,
+        role: Role,
+        task_rewards: &[f32],
+        trained_scores: &[f32],
+        stats: StepStats,
+        query_only: Option<(f32, f32)>,
+    ) -> AgentMetrics {
+        let (task, kl, beta) = (mean(task_rewards), stats.kl, stats.kl_coef as f32);
+        let plain = match role {
+            Role::Pioneer => Some((task, kl)),
+            Role::Observer => query_only,
+        };
+        AgentMetrics {
+            llm: LLM_NAMES[self.llm_in_slot[slot]],
+            role,
+            task_reward: task,
+            kl,
+            combined_reward: task - beta * kl,
+            query_only_reward: plain.map(|(r, _)| r),
+            query_only_kl: plain.map(|(_, k)| k),
+            query_only_combined: plain.map(|(r, k)| r - beta * k),
+            trained_score: mean(trained_scores),
+            stats,
+        }
+    }
+}
+
+impl CoryTrainer<AutoLm, PpoAgent<AutoLm>> {
+    /// Weights and training state of both PPO learners ([`PpoAgent::save`], in `dir/llm1`
+    /// and `dir/llm2`) and the trainer's own state: everything to continue exactly.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        for (i, name) in LLM_NAMES.iter().enumerate() {
+            self.llm(i).save(&dir.join(name))?;
+        }
+        write_toml(&dir.join(CORY_STATE_FILE), &self.state())
+    }
+
+    /// The trainer [`CoryTrainer::save`] wrote to `dir`: both PPO learners on `device`
+    /// (autodiff) continuing with `ppo`, scored against `reference`, with the CORY settings
+    /// `config`.
+    pub fn load(
+        dir: &Path,
+        ppo: &PpoConfig,
+        reference: AutoLm,
+        config: CoryConfig,
+        device: &burn::tensor::Device,
+    ) -> Result<Self> {
+        let llm1 = PpoAgent::load(&dir.join(LLM_NAMES[0]), ppo.clone(), device)?;
+        let llm2 = PpoAgent::load(&dir.join(LLM_NAMES[1]), ppo.clone(), device)?;
+        let mut t = Self::new(llm1, llm2, reference, config)?;
+        t.load_roles(dir)?;
+        Ok(t)
+    }
+}
+
+/// A fresh PPO learner on a copy of `lm` with a new value head (a CORY LLM before training).
+pub fn ppo_learner<M: CausalLm>(
+    lm: M,
+    head: ValueHeadInit,
+    config: PpoConfig,
+    device: &burn::tensor::Device,
+) -> Result<PpoAgent<M>> {
+    PpoAgent::new(LmWithValueHead::new(lm, head, device), config, device)
 }

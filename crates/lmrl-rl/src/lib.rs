@@ -1,18 +1,29 @@
-//! Reinforcement learning for language models on burn: PPO exactly as TRL 0.11 runs it
-//! (`trl.PPOTrainer.step`), and CORY (Ma et al., arXiv 2410.06101), which runs two PPO agents —
-//! pioneer and observer — that cooperate and periodically exchange roles.
+//! Reinforcement learning for language models on burn: PPO exactly as TRL runs it
+//! (`trl.PPOTrainer.step`), and CORY (Ma et al., "Coevolving with the Other You",
+//! arXiv 2410.06101), in which two copies of the LM — pioneer and observer — cooperate on a
+//! shared reward and periodically exchange roles.
+//!
+//! Everything is generic over `lmrl_models::CausalLm`, so any architecture that implements the
+//! trait trains here. A [`Learner`] is one trainable copy with its algorithm ([`PpoAgent`]);
+//! [`CoryTrainer`] runs two of them. [`ppo`] holds each TRL quantity as its own function.
 //!
 //! Where every formula lives, and every deliberate deviation from the reference code, is listed
-//! in `docs/algorithms.md`.
+//! in `docs/algorithms.md`; the CORY algorithm is described in `docs/cory.md`.
 
-pub mod cory;
-pub mod error;
+mod cory;
+mod error;
+mod learner;
 pub mod ppo;
-pub mod util;
+mod util;
 
 pub use cory::{
-    CoryConfig, CoryEnv, CoryIterationStats, CoryState, CoryTexts, CoryTrainer, GenerationPurpose,
-    RewardMode, Role,
+    AgentMetrics, CORY_STATE_FILE, CORY_STATE_FORMAT, CoryConfig, CoryEnv, CoryIterationStats,
+    CoryState, CoryTexts, CoryTrainer, EnvError, GenerationPurpose, Prompt, RewardMode, Role,
 };
 pub use error::{Result, RlError};
-pub use ppo::{PpoAgent, PpoConfig, PpoStats};
+pub use learner::{Learner, StepStats};
+pub use util::mix_seed;
+pub use ppo::agent::{PpoAgent, Rollout};
+pub use ppo::config::PpoConfig;
+pub use ppo::state::{AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, OPTIMIZER_FILE};
+pub use ppo::stats::PpoStats;

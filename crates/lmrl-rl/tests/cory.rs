@@ -4,10 +4,14 @@ use std::path::PathBuf;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
-use lmrl_models::sampling::{GenerationConfig, Sampling};
-use lmrl_models::{CausalLm, LmWithValueHead, load_causal_lm};
-use lmrl_rl::cory::{CoryConfig, CoryEnv, CoryTrainer, EnvError, RewardMode, Role};
-use lmrl_rl::ppo::{PpoAgent, PpoConfig, RunningMoments};
+use lmrl_models::{GenerationConfig, Sampling};
+use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ValueHeadInit};
+use lmrl_rl::{CoryConfig, CoryTrainer, RewardMode, Role};
+
+mod common;
+use common::{LowIds, MockEnv, prompts};
+use lmrl_rl::ppo::RunningMoments;
+use lmrl_rl::{PpoAgent, PpoConfig};
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpt2-tiny")
@@ -37,15 +41,15 @@ fn cfg() -> PpoConfig {
 }
 
 /// llm1 and llm2 from the same pretrained weights, each with its own fresh value head.
-fn setup() -> (PpoAgent, PpoAgent, CausalLm) {
+fn setup() -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
     let plain = Device::flex();
     plain.seed(11);
     let ad = plain.clone().autodiff();
-    let lm1 = load_causal_lm(&fixture_dir(), &ad).expect("gpt2-tiny");
-    let lm2 = load_causal_lm(&fixture_dir(), &ad).expect("gpt2-tiny");
-    let a1 = PpoAgent::new(LmWithValueHead::new(lm1, &ad), cfg(), &ad).unwrap();
-    let a2 = PpoAgent::new(LmWithValueHead::new(lm2, &ad), cfg(), &ad).unwrap();
-    let reference = load_causal_lm(&fixture_dir(), &plain).expect("reference");
+    let lm1 = AutoLm::from_pretrained(&fixture_dir(), &ad).expect("gpt2-tiny");
+    let lm2 = AutoLm::from_pretrained(&fixture_dir(), &ad).expect("gpt2-tiny");
+    let a1 = PpoAgent::new(LmWithValueHead::new(lm1, ValueHeadInit::Default, &ad), cfg(), &ad).unwrap();
+    let a2 = PpoAgent::new(LmWithValueHead::new(lm2, ValueHeadInit::Default, &ad), cfg(), &ad).unwrap();
+    let reference = AutoLm::from_pretrained(&fixture_dir(), &plain).expect("reference");
     (a1, a2, reference)
 }
 
@@ -56,40 +60,6 @@ fn queries() -> Vec<Vec<u32>> {
         vec![3, 3],
         vec![998, 100, 250, 4],
     ]
-}
-
-/// Texts are space-separated ids; the template and reward are numeric stand-ins for IMDB's.
-struct MockEnv {
-    reward_calls: usize,
-}
-impl CoryEnv for MockEnv {
-    fn decode(&self, ids: &[u32]) -> Result<String, EnvError> {
-        Ok(ids
-            .iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(" "))
-    }
-    fn encode(&self, text: &str) -> Result<Vec<u32>, EnvError> {
-        text.split_whitespace()
-            .map(|w| w.parse::<u32>().map_err(|e| e.into()))
-            .collect()
-    }
-    fn observer_prompt(&self, q: &str, y: &str) -> Result<String, EnvError> {
-        Ok(format!("1 {q} {y} 2 {q}"))
-    }
-    fn rewards(&mut self, _q: &[String], y: &[String]) -> Result<Vec<f32>, EnvError> {
-        self.reward_calls += 1;
-        Ok(y.iter()
-            .map(|s| {
-                let ids: Vec<u32> = s
-                    .split_whitespace()
-                    .filter_map(|w| w.parse().ok())
-                    .collect();
-                ids.iter().filter(|&&i| i < 500).count() as f32 / ids.len().max(1) as f32
-            })
-            .collect())
-    }
 }
 
 fn generation(seed: u64) -> GenerationConfig {
@@ -139,7 +109,7 @@ fn swap_exchanges_weights_value_heads_and_state() {
             reset_state_on_swap: reset,
             ..CoryConfig::default()
         };
-        let mut t = CoryTrainer::new(a1, a2, reference, config);
+        let mut t = CoryTrainer::new(a1, a2, reference, config).unwrap();
         assert_eq!(t.role_of(0), Role::Pioneer);
         t.swap_roles();
         assert_eq!(t.role_of(0), Role::Observer);
@@ -181,15 +151,15 @@ fn swap_exchanges_weights_value_heads_and_state() {
 fn iterations_train_both_agents_and_exchange_roles() {
     let (a1, a2, reference) = setup();
     let config = CoryConfig {
-        swap_every: 1,
+        swap_period: 1,
         ..CoryConfig::default()
     };
-    let mut t = CoryTrainer::new(a1, a2, reference, config);
-    let mut env = MockEnv { reward_calls: 0 };
-    let q = queries();
-    let s0 = t.iteration(&q, &generation(1), &mut env).unwrap();
+    let mut t = CoryTrainer::new(a1, a2, reference, config).unwrap();
+    let reward = LowIds::default();
+    let q = prompts(&queries());
+    let s0 = t.iteration(&q, &generation(1), &mut MockEnv, &reward).unwrap();
     assert_eq!(
-        env.reward_calls, 3,
+        reward.calls(), 3,
         "pioneer, observer, observer in query-only format"
     );
     assert!(s0.swapped_after);
@@ -201,13 +171,13 @@ fn iterations_train_both_agents_and_exchange_roles() {
     // R = r1 + r2 goes to both (raw, before normalisation).
     assert!((l1.trained_score - (l1.task_reward + l2.task_reward)).abs() < 1e-5);
     assert_eq!(l1.trained_score, l2.trained_score);
-    assert_eq!(l1.ppo.mean_raw_scores, l2.ppo.mean_raw_scores);
+    assert_eq!(l1.stats.trl["env/raw_score_mean"], l2.stats.trl["env/raw_score_mean"]);
     // Normalised with each agent's own running statistics (cory.py: norm + scaling).
-    assert!(l1.ppo.mean_scores.abs() < 1e-5);
+    assert!(l1.stats.trl["ppo/mean_scores"].abs() < 1e-5);
     assert!(l2.query_only_kl.is_some() && l2.query_only_reward.is_some());
     assert!((l1.combined_reward - (l1.task_reward - 0.4 * l1.kl)).abs() < 1e-5);
     assert_eq!(t.role_of(0), Role::Observer);
-    let s1 = t.iteration(&q, &generation(2), &mut env).unwrap();
+    let s1 = t.iteration(&q, &generation(2), &mut MockEnv, &reward).unwrap();
     let [l1, l2] = &s1.agents;
     assert_eq!(
         (l1.llm, l1.role, l2.llm, l2.role),
@@ -218,7 +188,7 @@ fn iterations_train_both_agents_and_exchange_roles() {
         "both moved away from the reference"
     );
     assert_eq!(t.iterations(), 2);
-    let (b1, b2) = t.into_agents();
+    let (b1, b2) = t.into_learners();
     assert_eq!(b1.steps(), 2);
     assert_eq!(b2.steps(), 2);
 }
@@ -227,16 +197,18 @@ fn iterations_train_both_agents_and_exchange_roles() {
 fn self_plus_other_reward_mode() {
     let (a1, a2, reference) = setup();
     let config = CoryConfig {
-        swap_every: 0,
+        swap_period: 0,
         reward_mode: RewardMode::SelfPlusOther { lambda: -1.0 },
-        eval_query_only: false,
+        pioneer_format_metrics: false,
         ..CoryConfig::default()
     };
-    let mut t = CoryTrainer::new(a1, a2, reference, config);
-    let mut env = MockEnv { reward_calls: 0 };
-    let s = t.iteration(&queries(), &generation(3), &mut env).unwrap();
+    let mut t = CoryTrainer::new(a1, a2, reference, config).unwrap();
+    let reward = LowIds::default();
+    let s = t
+        .iteration(&prompts(&queries()), &generation(3), &mut MockEnv, &reward)
+        .unwrap();
     let [l1, l2] = &s.agents;
-    assert_eq!(env.reward_calls, 2);
+    assert_eq!(reward.calls(), 2);
     assert!(!s.swapped_after);
     assert!((l1.trained_score - (l1.task_reward - l2.task_reward)).abs() < 1e-5);
     assert!((l2.trained_score - (l2.task_reward - l1.task_reward)).abs() < 1e-5);

@@ -5,22 +5,23 @@ use std::path::PathBuf;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
-use lmrl_models::scoring::{QueryResponseBatch, response_logprobs, response_values};
-use lmrl_models::{CausalLm, LmWithValueHead, load_causal_lm};
+use lmrl_models::{QueryResponseBatch, response_logprobs, response_values};
+use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ValueHeadInit};
 use lmrl_rl::RlError;
-use lmrl_rl::ppo::{PpoAgent, PpoConfig, clip_grad_norm, global_grad_norm};
+use lmrl_rl::ppo::{clip_grad_norm, global_grad_norm};
+use lmrl_rl::{PpoAgent, PpoConfig};
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpt2-tiny")
 }
 
-fn models() -> (LmWithValueHead, CausalLm, Device) {
+fn models() -> (LmWithValueHead<AutoLm>, AutoLm, Device) {
     let plain = Device::flex();
     plain.seed(7);
     let ad = plain.clone().autodiff();
-    let lm = load_causal_lm(&fixture_dir(), &ad).expect("gpt2-tiny loads");
-    let policy = LmWithValueHead::new(lm, &ad);
-    let reference = load_causal_lm(&fixture_dir(), &plain).expect("reference loads");
+    let lm = AutoLm::from_pretrained(&fixture_dir(), &ad).expect("gpt2-tiny loads");
+    let policy = LmWithValueHead::new(lm, ValueHeadInit::Default, &ad);
+    let reference = AutoLm::from_pretrained(&fixture_dir(), &plain).expect("reference loads");
     (policy, reference, ad)
 }
 

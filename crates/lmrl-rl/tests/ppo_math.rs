@@ -2,8 +2,8 @@
 
 use burn::tensor::{Device, Tensor, TensorData, activation::log_softmax};
 use lmrl_rl::RlError;
-use lmrl_rl::ppo::kl::{kl_abs, kl_full, kl_k1, kl_mse};
-use lmrl_rl::ppo::whiten::{masked_mean, masked_var, masked_whiten, whiten};
+use lmrl_rl::ppo::{kl_abs, kl_full, kl_k1, kl_mse};
+use lmrl_rl::ppo::{masked_mean, masked_var, masked_whiten, whiten};
 use lmrl_rl::ppo::{
     AdaptiveKlController, FixedKlController, KlController, KlPenalty, LossInputs, LossParams,
     PpoConfig, ResponseMask, RunningMoments, TokenLogProbs, compute_advantages, compute_rewards,

@@ -6,11 +6,14 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
-use lmrl_models::sampling::{GenerationConfig, Sampling};
-use lmrl_models::{CausalLm, LmWithValueHead, load_causal_lm};
+use lmrl_models::{GenerationConfig, Sampling};
+use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ValueHeadInit};
 use lmrl_rl::RlError;
-use lmrl_rl::cory::{CoryConfig, CoryEnv, CoryTrainer, EnvError, Role};
-use lmrl_rl::ppo::{PpoAgent, PpoConfig, PpoStats};
+use lmrl_rl::{CoryConfig, CoryTrainer, Role};
+
+mod common;
+use common::{LowIds, MockEnv, prompts};
+use lmrl_rl::{PpoAgent, PpoConfig, PpoStats};
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpt2-tiny")
@@ -58,13 +61,15 @@ fn devices() -> (Device, Device) {
     (plain, ad)
 }
 
-fn agent(ad: &Device) -> PpoAgent {
-    let lm = load_causal_lm(&fixture_dir(), ad).expect("gpt2-tiny");
-    PpoAgent::new(LmWithValueHead::new(lm, ad), cfg(), ad).unwrap()
+type Trainer = CoryTrainer<AutoLm, PpoAgent<AutoLm>>;
+
+fn agent(ad: &Device) -> PpoAgent<AutoLm> {
+    let lm = AutoLm::from_pretrained(&fixture_dir(), ad).expect("gpt2-tiny");
+    PpoAgent::new(LmWithValueHead::new(lm, ValueHeadInit::Default, ad), cfg(), ad).unwrap()
 }
 
-fn reference(plain: &Device) -> CausalLm {
-    load_causal_lm(&fixture_dir(), plain).expect("reference")
+fn reference(plain: &Device) -> AutoLm {
+    AutoLm::from_pretrained(&fixture_dir(), plain).expect("reference")
 }
 
 /// The batch of step `k`: fixed queries, responses and scores that change with `k`.
@@ -88,7 +93,7 @@ fn batch(k: usize) -> (Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<f32>) {
     (q, y, s)
 }
 
-fn steps(a: &mut PpoAgent, reference: &CausalLm, range: std::ops::Range<usize>) -> Vec<PpoStats> {
+fn steps(a: &mut PpoAgent<AutoLm>, reference: &AutoLm, range: std::ops::Range<usize>) -> Vec<PpoStats> {
     range
         .map(|k| {
             let (q, y, s) = batch(k);
@@ -136,7 +141,7 @@ fn agent_saved_and_reloaded_continues_bit_identically() {
 
     // Control: the weights alone (fresh Adam, β₀, empty statistics) do not continue the run,
     // so the test above is sensitive to the restored state.
-    let model = LmWithValueHead::load(&dir, true, &ad).unwrap();
+    let model = LmWithValueHead::from_pretrained(&dir, true, ValueHeadInit::Default, &ad).unwrap();
     let mut naive = PpoAgent::new(model, cfg(), &ad).unwrap();
     let naive_after = steps(&mut naive, &reference, 2..4);
     assert_ne!(naive_after[0], all[2]);
@@ -155,7 +160,7 @@ fn state_is_loaded_into_an_agent_built_from_the_saved_weights() {
     for f in ["optimizer.bpk", "trainer_state.toml"] {
         assert!(tmp.path().join(f).is_file(), "{f}");
     }
-    let model = LmWithValueHead::load(tmp.path(), true, &ad).unwrap();
+    let model = LmWithValueHead::from_pretrained(tmp.path(), true, ValueHeadInit::Default, &ad).unwrap();
     let mut b = PpoAgent::new(model, cfg(), &ad).unwrap();
     b.load_state(tmp.path()).unwrap();
     assert_eq!(b.training_state().unwrap(), a.training_state().unwrap());
@@ -208,37 +213,6 @@ fn missing_or_mismatched_state_is_a_typed_error() {
     );
 }
 
-/// Texts are space-separated ids; numeric stand-ins for IMDB's template and reward.
-struct MockEnv;
-impl CoryEnv for MockEnv {
-    fn decode(&self, ids: &[u32]) -> Result<String, EnvError> {
-        Ok(ids
-            .iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(" "))
-    }
-    fn encode(&self, text: &str) -> Result<Vec<u32>, EnvError> {
-        text.split_whitespace()
-            .map(|w| w.parse::<u32>().map_err(|e| e.into()))
-            .collect()
-    }
-    fn observer_prompt(&self, q: &str, y: &str) -> Result<String, EnvError> {
-        Ok(format!("1 {q} {y} 2 {q}"))
-    }
-    fn rewards(&mut self, _q: &[String], y: &[String]) -> Result<Vec<f32>, EnvError> {
-        Ok(y.iter()
-            .map(|s| {
-                let ids: Vec<u32> = s
-                    .split_whitespace()
-                    .filter_map(|w| w.parse().ok())
-                    .collect();
-                ids.iter().filter(|&&i| i < 500).count() as f32 / ids.len().max(1) as f32
-            })
-            .collect())
-    }
-}
-
 fn generation(it: usize) -> GenerationConfig {
     GenerationConfig {
         sampling: Sampling::pure(),
@@ -261,16 +235,16 @@ fn queries() -> Vec<Vec<u32>> {
 
 fn cory_config() -> CoryConfig {
     CoryConfig {
-        swap_every: 2,
+        swap_period: 2,
         ..CoryConfig::default()
     }
 }
 
-fn run_iterations(t: &mut CoryTrainer, range: std::ops::Range<usize>) -> Vec<String> {
+fn run_iterations(t: &mut Trainer, range: std::ops::Range<usize>) -> Vec<String> {
     range
         .map(|it| {
             let s = t
-                .iteration(&queries(), &generation(it), &mut MockEnv)
+                .iteration(&prompts(&queries()), &generation(it), &mut MockEnv, &LowIds::default())
                 .unwrap();
             // Every metric, both agents' PPO statistics and the texts, as one string.
             serde_json::to_string(&s).unwrap()
@@ -280,20 +254,21 @@ fn run_iterations(t: &mut CoryTrainer, range: std::ops::Range<usize>) -> Vec<Str
 
 /// Two agents with their own value heads (drawn from the device RNG once, then cloned, so
 /// that every trainer of a test starts from the same weights).
-fn start_agents(ad: &Device) -> (PpoAgent, PpoAgent) {
+fn start_agents(ad: &Device) -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>) {
     (agent(ad), agent(ad))
 }
 
-fn trainer(plain: &Device, start: &(PpoAgent, PpoAgent)) -> CoryTrainer {
+fn trainer(plain: &Device, start: &(PpoAgent<AutoLm>, PpoAgent<AutoLm>)) -> Trainer {
     CoryTrainer::new(
         start.0.clone(),
         start.1.clone(),
         reference(plain),
         cory_config(),
     )
+    .unwrap()
 }
 
-fn check_resumed(full: &CoryTrainer, resumed: &CoryTrainer) {
+fn check_resumed(full: &Trainer, resumed: &Trainer) {
     for i in 0..2 {
         assert_eq!(
             bits(&snapshot(resumed.llm(i).model())),
@@ -346,16 +321,16 @@ fn cory_state_loads_into_a_trainer_built_from_saved_weights() {
     let tmp = tempfile::tempdir().unwrap();
     let dir: &Path = tmp.path();
     for i in 0..2 {
-        let d = dir.join(CoryTrainer::llm_name(i));
+        let d = dir.join(Trainer::llm_name(i));
         part.llm(i).model().save_pretrained(&d).unwrap();
     }
     part.save_state(dir).unwrap();
     let load = |name: &str| {
-        let m = LmWithValueHead::load(&dir.join(name), true, &ad).unwrap();
+        let m = LmWithValueHead::from_pretrained(&dir.join(name), true, ValueHeadInit::Default, &ad).unwrap();
         PpoAgent::new(m, cfg(), &ad).unwrap()
     };
     let mut resumed =
-        CoryTrainer::new(load("llm1"), load("llm2"), reference(&plain), cory_config());
+        CoryTrainer::new(load("llm1"), load("llm2"), reference(&plain), cory_config()).unwrap();
     resumed.load_state(dir).unwrap();
     let after = run_iterations(&mut resumed, 3..4);
     assert_eq!(after, all[3..]);

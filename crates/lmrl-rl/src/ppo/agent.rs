@@ -1,18 +1,21 @@
-//! One PPO learner: TRL 0.11 `PPOTrainer.step` on a burn [`LmWithValueHead`].
+//! One PPO learner: TRL 0.11 `PPOTrainer.step` on a burn [`LmWithValueHead`] over any
+//! [`CausalLm`]. `step` is written in TRL's own parts — `batched_forward_pass`,
+//! `compute_rewards`, `compute_advantages`, `train_minibatch`, `record_step_stats` — so each can
+//! be read next to TRL's method of the same name.
+
+use std::path::Path;
 
 use burn::module::{Flag, Module, ModuleMapper, Param};
-use std::path::Path;
 
 use burn::optim::{
     AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer, OptimizerRecord,
 };
 use burn::tensor::{Device, Tensor, TensorData};
-use lmrl_models::generation::{Generation, generate};
-use lmrl_models::sampling::GenerationConfig;
-use lmrl_models::scoring::{
-    QueryResponseBatch, response_logprobs, response_values, score, score_reference,
+use lmrl_models::{
+    AutoLm, CausalLm, Generation, GenerationConfig, LmWithValueHead, Pretrained,
+    QueryResponseBatch, ValueHeadInit, generate, response_logprobs, response_values, score,
+    score_reference,
 };
-use lmrl_models::{CausalLm, LmWithValueHead};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -77,8 +80,8 @@ impl Rollout {
 /// `(seed, steps since seeding)`, so the whole training state is the weights plus what
 /// [`PpoAgent::save_state`] writes, and a reloaded agent continues bit-identically.
 #[derive(Clone)]
-pub struct PpoAgent {
-    model: LmWithValueHead,
+pub struct PpoAgent<M: CausalLm> {
+    model: LmWithValueHead<M>,
     optimizer: ModuleOptimizer,
     kl_ctl: KlController,
     running: RunningMoments,
@@ -90,7 +93,7 @@ pub struct PpoAgent {
     steps: usize,
 }
 
-impl std::fmt::Debug for PpoAgent {
+impl<M: CausalLm> std::fmt::Debug for PpoAgent<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PpoAgent")
             .field("kl_ctl", &self.kl_ctl)
@@ -145,11 +148,11 @@ fn pad_cols(x: Tensor<2>, t_max: usize) -> Tensor<2> {
     Tensor::cat(vec![x, z], 1)
 }
 
-impl PpoAgent {
+impl<M: CausalLm> PpoAgent<M> {
     /// A learner for `model`, which must live on `device` (an autodiff device, e.g.
     /// `Device::flex().autodiff()`). Validates `config`; switches every dropout off (TRL trains
     /// in `eval()` mode).
-    pub fn new(model: LmWithValueHead, config: PpoConfig, device: &Device) -> Result<Self> {
+    pub fn new(model: LmWithValueHead<M>, config: PpoConfig, device: &Device) -> Result<Self> {
         config.validate()?;
         if !device.is_autodiff() {
             return Err(RlError::Config {
@@ -158,7 +161,7 @@ impl PpoAgent {
             });
         }
         let model = model.map(&mut EvalMode);
-        let pad_id = model.lm.config().eos_token_id().unwrap_or(0);
+        let pad_id = model.lm.eos_token_id().unwrap_or(0);
         Ok(Self {
             optimizer: adam(&config),
             kl_ctl: kl_controller(&config),
@@ -173,12 +176,12 @@ impl PpoAgent {
     }
 
     /// The policy with its value head.
-    pub fn model(&self) -> &LmWithValueHead {
+    pub fn model(&self) -> &LmWithValueHead<M> {
         &self.model
     }
 
     /// Gives the model back.
-    pub fn into_model(self) -> LmWithValueHead {
+    pub fn into_model(self) -> LmWithValueHead<M> {
         self.model
     }
 
@@ -277,23 +280,6 @@ impl PpoAgent {
         Ok(())
     }
 
-    /// Weights (Hugging Face layout plus `value_head.safetensors`, see
-    /// [`LmWithValueHead::save_pretrained`]) and training state ([`PpoAgent::save_state`]) in
-    /// one directory.
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        self.model.save_pretrained(dir)?;
-        self.save_state(dir)
-    }
-
-    /// The agent [`PpoAgent::save`] wrote to `dir`, on `device` (autodiff), continuing with
-    /// `config` (normally the one it was trained with).
-    pub fn load(dir: &Path, config: PpoConfig, device: &Device) -> Result<Self> {
-        let model = LmWithValueHead::load(dir, true, device)?;
-        let mut agent = Self::new(model, config, device)?;
-        agent.load_state(dir)?;
-        Ok(agent)
-    }
-
     /// Samples responses from the policy (no gradient, KV cache).
     pub fn generate(&self, prompts: &[Vec<u32>], cfg: &GenerationConfig) -> Result<Generation> {
         Ok(generate(&self.model.lm, prompts, cfg, &self.device)?)
@@ -309,7 +295,7 @@ impl PpoAgent {
         &self,
         queries: &[Vec<u32>],
         responses: &[Vec<u32>],
-        reference: &CausalLm,
+        reference: &M,
     ) -> Result<Rollout> {
         if queries.len() != responses.len() {
             return Err(RlError::Shape {
@@ -325,7 +311,7 @@ impl PpoAgent {
             });
         }
         let device = self.plain_device();
-        let vocab = self.model.lm.config().vocab_size();
+        let vocab = self.model.lm.vocab_size();
         let t_max = responses.iter().map(Vec::len).max().unwrap_or(0);
         let fbs = self.config.forward_batch_size();
         let needs_full = self.config.kl_penalty.needs_full_distribution();
@@ -374,7 +360,7 @@ impl PpoAgent {
         &self,
         queries: &[Vec<u32>],
         responses: &[Vec<u32>],
-        reference: &CausalLm,
+        reference: &M,
     ) -> Result<Vec<f32>> {
         self.rollout(queries, responses, reference)?.kl_per_sample()
     }
@@ -382,13 +368,13 @@ impl PpoAgent {
     /// TRL `PPOTrainer.step(queries, responses, scores)`:
     ///
     /// 1. score normalisation (`use_score_scaling`/`use_score_norm`/`score_clip`);
-    /// 2. no-grad forward of policy and reference → ℓ, ℓ^ref, V, KL_t;
-    /// 3. rewards (`compute_rewards`), GAE and whitening (`compute_advantages`);
+    /// 2. [`PpoAgent::rollout`] (`batched_forward_pass`): no-grad forward of policy and
+    ///    reference → ℓ, ℓ^ref, V, KL_t;
+    /// 3. `compute_rewards`, then `compute_advantages` (GAE and whitening);
     /// 4. `ppo_epochs` × seeded permutation × backward batches of
-    ///    `mini_batch_size·gradient_accumulation_steps`: forward (dropout off), `loss`, backward
-    ///    of loss/`gradient_accumulation_steps`, and after each backward batch optional global
-    ///    norm clipping and one Adam step;
-    /// 5. statistics (`record_step_stats`) and the KL controller update with `objective/kl` and
+    ///    `mini_batch_size·gradient_accumulation_steps`: [`PpoAgent::train_minibatch`] per
+    ///    minibatch, then optional global-norm clipping and one Adam step per backward batch;
+    /// 5. `record_step_stats`, and the KL controller update with `objective/kl` and
     ///    `batch_size`.
     ///
     /// `queries`, `responses`, `scores` must each hold `batch_size` entries.
@@ -397,7 +383,7 @@ impl PpoAgent {
         queries: &[Vec<u32>],
         responses: &[Vec<u32>],
         scores: &[f32],
-        reference: &CausalLm,
+        reference: &M,
     ) -> Result<PpoStats> {
         let bs = self.config.batch_size;
         for (what, n) in [
@@ -423,12 +409,48 @@ impl PpoAgent {
             self.config.score_clip,
         )?;
 
-        // No-grad pass, rewards, advantages (TRL: under torch.no_grad()).
+        // Under torch.no_grad() in TRL.
         let rollout = self.rollout(queries, responses, reference)?;
-        let plain = self.plain_device();
-        let [_, t_max] = rollout.mask.dims();
         let beta = self.kl_ctl.value();
-        let score_t = Tensor::<1>::from_data(TensorData::new(scores.clone(), [bs]), &plain);
+        let targets = self.targets(&rollout, &scores, beta)?;
+
+        let mut train = TrainStats::default();
+        let mut inds: Vec<usize> = (0..bs).collect();
+        // The minibatch order of this step: a generator derived from (seed, steps since
+        // seeding), so that a restored agent draws the same permutations.
+        let mut rng = StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
+        for _epoch in 0..self.config.ppo_epochs {
+            inds.shuffle(&mut rng);
+            for bb in inds.chunks(self.config.backward_batch_size()) {
+                self.train_backward_batch(queries, responses, &targets, bb, &mut train)?;
+            }
+        }
+
+        let (stats, objective_kl) = self.record_step_stats(
+            queries,
+            responses,
+            (&raw_scores, &scores),
+            &rollout,
+            &targets,
+            beta,
+            &train,
+        )?;
+        self.kl_ctl.update(objective_kl, bs);
+        self.steps += 1;
+        self.rng_steps += 1;
+        Ok(PpoStats {
+            kl_coef_next: self.kl_ctl.value(),
+            ..stats
+        })
+    }
+
+    /// TRL `compute_rewards` and `compute_advantages` on the rollout: the per-token shaped
+    /// rewards r_t = −β·KL_t (+ s at the last token), GAE, returns and whitened advantages, kept
+    /// on the host for the minibatch loop.
+    fn targets(&self, rollout: &Rollout, scores: &[f32], beta: f64) -> Result<Targets> {
+        let plain = self.plain_device();
+        let bs = scores.len();
+        let score_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [bs]), &plain);
         let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
         let adv = compute_advantages(
             rollout.values.clone(),
@@ -438,117 +460,144 @@ impl PpoAgent {
             self.config.lam,
             self.config.whiten_rewards,
         )?;
-        let old_logprobs = to_vec("logprobs", rollout.logprobs.clone())?;
-        let old_values = to_vec("values", adv.values.clone())?;
-        let advantages = to_vec("advantages", adv.advantages.clone())?;
-        let returns = to_vec("returns", adv.returns.clone())?;
+        Ok(Targets {
+            t_max: rollout.mask.dims()[1],
+            old_logprobs: to_vec("logprobs", rollout.logprobs.clone())?,
+            old_values: to_vec("values", adv.values.clone())?,
+            advantages: to_vec("advantages", adv.advantages.clone())?,
+            returns: to_vec("returns", adv.returns.clone())?,
+            non_score_rewards: shaped.non_score_rewards,
+        })
+    }
 
-        // Optimisation.
-        let lr = self.config.learning_rate;
-        let gas = self.config.gradient_accumulation_steps;
-        let mbs = self.config.mini_batch_size;
-        let bbs = self.config.backward_batch_size();
-        let params = self.config.loss_params();
-        let mut loss_mean = LossStatsMean::default();
-        let mut skipped = 0usize;
-        let mut opt_steps = 0usize;
-        let mut grad_norm_sum = 0.0f64;
-        let mut inds: Vec<usize> = (0..bs).collect();
-        // The minibatch order of this step: a generator derived from (seed, steps since
-        // seeding), so that a restored agent draws the same permutations.
-        let mut rng = StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
-        for _epoch in 0..self.config.ppo_epochs {
-            inds.shuffle(&mut rng);
-            for bb in inds.chunks(bbs) {
-                let mut accum = GradientsAccumulator::<LmWithValueHead>::new();
-                for mb in bb.chunks(mbs) {
-                    let q: Vec<Vec<u32>> = mb.iter().map(|&i| queries[i].clone()).collect();
-                    let y: Vec<Vec<u32>> = mb.iter().map(|&i| responses[i].clone()).collect();
-                    let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
-                    let t_mb = batch.max_response_len();
-                    let dims = [mb.len(), t_mb];
-                    let (logits, values) = self
-                        .model
-                        .forward(batch.input_ids.clone(), batch.attention_mask.clone());
-                    let (logprobs, log_softmax) = response_logprobs(logits, &batch);
-                    let vpreds = response_values(values, &batch);
-                    let lens: Vec<usize> = y.iter().map(Vec::len).collect();
-                    let mask = ResponseMask::from_lengths(&lens, t_mb, &self.device)?;
-                    let sel = |h: &[f32]| {
-                        host_tensor(select_rows(h, t_max, mb, t_mb), dims, &self.device)
-                    };
-                    let out = ppo_loss(
-                        LossInputs {
-                            old_logprobs: sel(&old_logprobs),
-                            values: sel(&old_values),
-                            logits: log_softmax,
-                            vpreds,
-                            logprobs,
-                            advantages: sel(&advantages),
-                            returns: sel(&returns),
-                        },
-                        &mask,
-                        &params,
-                    )?;
-                    if out.skipped {
-                        skipped += 1;
-                    }
-                    loss_mean.push(&out.stats);
-                    // accelerate's `backward` divides the loss by the accumulation steps.
-                    let loss = if gas > 1 {
-                        out.loss.div_scalar(gas as f32)
-                    } else {
-                        out.loss
-                    };
-                    let grads = GradientsParams::from_grads(loss.backward(), &self.model);
-                    accum.accumulate(&self.model, grads);
-                }
-                let mut grads = accum.grads();
-                if let Some(max_norm) = self.config.max_grad_norm {
-                    grad_norm_sum += f64::from(clip_grad_norm(&self.model, &mut grads, max_norm)?);
-                }
-                self.model = self.optimizer.step(lr, self.model.clone(), grads);
-                opt_steps += 1;
-            }
+    /// One optimizer step on the samples `bb`: [`PpoAgent::train_minibatch`] on each minibatch
+    /// of `mini_batch_size`, gradients summed (accelerate's accumulation), optional global-norm
+    /// clipping, one Adam step.
+    fn train_backward_batch(
+        &mut self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        targets: &Targets,
+        bb: &[usize],
+        train: &mut TrainStats,
+    ) -> Result<()> {
+        let mut accum = GradientsAccumulator::<LmWithValueHead<M>>::new();
+        for mb in bb.chunks(self.config.mini_batch_size) {
+            let grads = self.train_minibatch(queries, responses, targets, mb, train)?;
+            accum.accumulate(&self.model, grads);
         }
+        let mut grads = accum.grads();
+        if let Some(max_norm) = self.config.max_grad_norm {
+            train.grad_norm_sum += f64::from(clip_grad_norm(&self.model, &mut grads, max_norm)?);
+        }
+        let lr = self.config.learning_rate;
+        self.model = self.optimizer.step(lr, self.model.clone(), grads);
+        train.optimizer_steps += 1;
+        Ok(())
+    }
 
-        // record_step_stats
+    /// TRL `train_minibatch` up to the backward: the training forward of the samples `mb`
+    /// (dropout off, logits only at the response tokens), TRL's `loss`, and the gradients of
+    /// loss ÷ `gradient_accumulation_steps` (what accelerate's `backward` does).
+    fn train_minibatch(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        targets: &Targets,
+        mb: &[usize],
+        train: &mut TrainStats,
+    ) -> Result<GradientsParams> {
+        let q: Vec<Vec<u32>> = mb.iter().map(|&i| queries[i].clone()).collect();
+        let y: Vec<Vec<u32>> = mb.iter().map(|&i| responses[i].clone()).collect();
+        let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
+        let t_mb = batch.max_response_len();
+        let (hidden, values) = self
+            .model
+            .hidden_and_values(batch.input_ids.clone(), batch.attention_mask.clone());
+        let (logprobs, log_softmax) = response_logprobs(&self.model.lm, hidden, &batch);
+        let vpreds = response_values(values, &batch);
+        let lens: Vec<usize> = y.iter().map(Vec::len).collect();
+        let mask = ResponseMask::from_lengths(&lens, t_mb, &self.device)?;
+        let sel = |h: &[f32]| {
+            host_tensor(
+                select_rows(h, targets.t_max, mb, t_mb),
+                [mb.len(), t_mb],
+                &self.device,
+            )
+        };
+        let out = ppo_loss(
+            LossInputs {
+                old_logprobs: sel(&targets.old_logprobs),
+                values: sel(&targets.old_values),
+                logits: log_softmax,
+                vpreds,
+                logprobs,
+                advantages: sel(&targets.advantages),
+                returns: sel(&targets.returns),
+            },
+            &mask,
+            &self.config.loss_params(),
+        )?;
+        if out.skipped {
+            train.skipped += 1;
+        }
+        train.loss.push(&out.stats);
+        let gas = self.config.gradient_accumulation_steps;
+        let loss = if gas > 1 {
+            out.loss.div_scalar(gas as f32)
+        } else {
+            out.loss
+        };
+        Ok(GradientsParams::from_grads(loss.backward(), &self.model))
+    }
+
+    /// TRL `record_step_stats`: the KL, entropy and reward statistics of the batch, the token
+    /// lengths, and the loss statistics averaged over every minibatch of the step; with
+    /// `objective/kl` unrounded, as the KL controller receives it.
+    #[allow(clippy::too_many_arguments)]
+    fn record_step_stats(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        (raw_scores, scores): (&[f32], &[f32]),
+        rollout: &Rollout,
+        targets: &Targets,
+        beta: f64,
+        train: &TrainStats,
+    ) -> Result<(PpoStats, f64)> {
+        let bs = scores.len();
+        let t_max = targets.t_max;
         let kl_dist = rollout.kl_per_sample()?;
         check_finite_host("objective/kl_dist", &[bs], &kl_dist)?;
         let objective_kl = kl_dist.iter().map(|&x| f64::from(x)).sum::<f64>() / bs as f64;
         let mask_host = rollout.mask.host();
-        let entropy_rows: Vec<f64> = (0..bs)
-            .map(|i| {
-                (0..t_max)
-                    .map(|t| {
-                        -f64::from(old_logprobs[i * t_max + t])
-                            * f64::from(mask_host[i * t_max + t])
-                    })
-                    .sum()
-            })
-            .collect();
-        let objective_entropy = entropy_rows.iter().sum::<f64>() / bs as f64;
+        let entropy_rows = (0..bs).map(|i| {
+            (0..t_max)
+                .map(|t| {
+                    let k = i * t_max + t;
+                    -f64::from(targets.old_logprobs[k]) * f64::from(mask_host[k])
+                })
+                .sum::<f64>()
+        });
+        let objective_entropy = entropy_rows.sum::<f64>() / bs as f64;
         let mean_nsr = crate::util::to_scalar(
             "ppo/mean_non_score_reward",
             masked_mean(
                 "ppo/mean_non_score_reward",
-                shaped.non_score_rewards,
+                targets.non_score_rewards.clone(),
                 &rollout.mask,
             )?,
         )?;
-        let (mean_scores, std_scores) = mean_std(&scores);
-        let (mean_raw, _) = mean_std(&raw_scores);
+        let (mean_scores, std_scores) = mean_std(scores);
+        let (mean_raw, _) = mean_std(raw_scores);
         let ql: Vec<f32> = queries.iter().map(|q| q.len() as f32).collect();
         let rl: Vec<f32> = responses.iter().map(|r| r.len() as f32).collect();
         let (ql_mean, ql_std) = mean_std(&ql);
         let (rl_mean, rl_std) = mean_std(&rl);
-        let train = loss_mean.mean();
-        let var_explained = 1.0 - train.val_error / train.returns_var;
-
-        self.kl_ctl.update(objective_kl, bs);
-        self.steps += 1;
-        self.rng_steps += 1;
-        Ok(PpoStats {
+        let loss = train.loss.mean();
+        let var_explained = 1.0 - loss.val_error / loss.returns_var;
+        let opt_steps = train.optimizer_steps;
+        let stats = PpoStats {
             objective_kl: objective_kl as f32,
             objective_kl_dist: kl_dist,
             objective_kl_coef: beta,
@@ -561,17 +610,18 @@ impl PpoAgent {
             queries_len_std: ql_std,
             responses_len_mean: rl_mean,
             responses_len_std: rl_std,
-            train,
+            train: loss,
             val_var_explained: var_explained,
-            learning_rate: lr,
-            skipped_minibatches: skipped,
+            learning_rate: self.config.learning_rate,
+            skipped_minibatches: train.skipped,
             optimizer_steps: opt_steps,
             grad_norm: self
                 .config
                 .max_grad_norm
-                .map(|_| (grad_norm_sum / opt_steps.max(1) as f64) as f32),
-            kl_coef_next: self.kl_ctl.value(),
-        })
+                .map(|_| (train.grad_norm_sum / opt_steps.max(1) as f64) as f32),
+            kl_coef_next: beta,
+        };
+        Ok((stats, objective_kl))
     }
 
     /// The PPO loss statistics of the **current** policy on a whole batch against a fixed
@@ -584,7 +634,7 @@ impl PpoAgent {
         queries: &[Vec<u32>],
         responses: &[Vec<u32>],
         scores: &[f32],
-        reference: &CausalLm,
+        reference: &M,
         beta: f64,
         old: Option<&Rollout>,
     ) -> Result<crate::ppo::loss::LossStats> {
@@ -606,8 +656,9 @@ impl PpoAgent {
         )?;
         let batch = QueryResponseBatch::new(queries, responses, self.pad_id, &plain)?;
         let model = self.model.valid();
-        let (logits, values) = model.forward(batch.input_ids.clone(), batch.attention_mask.clone());
-        let (logprobs, log_softmax) = response_logprobs(logits, &batch);
+        let (hidden, values) =
+            model.hidden_and_values(batch.input_ids.clone(), batch.attention_mask.clone());
+        let (logprobs, log_softmax) = response_logprobs(&model.lm, hidden, &batch);
         let vpreds = response_values(values, &batch);
         let out = ppo_loss(
             LossInputs {
@@ -623,5 +674,46 @@ impl PpoAgent {
             &self.config.loss_params(),
         )?;
         Ok(out.stats)
+    }
+}
+
+/// What the no-grad pass fixes for the whole step (TRL's `batch_dict` entries), on the host:
+/// `[B, T]` row-major, `T` = the batch's longest response.
+struct Targets {
+    t_max: usize,
+    old_logprobs: Vec<f32>,
+    old_values: Vec<f32>,
+    advantages: Vec<f32>,
+    returns: Vec<f32>,
+    non_score_rewards: Tensor<2>,
+}
+
+/// What the minibatch loop of one step accumulates for `record_step_stats`.
+#[derive(Default)]
+struct TrainStats {
+    loss: LossStatsMean,
+    skipped: usize,
+    optimizer_steps: usize,
+    grad_norm_sum: f64,
+}
+
+impl<M: CausalLm + Pretrained> PpoAgent<M> {
+    /// Weights (Hugging Face layout plus `value_head.safetensors`, see
+    /// [`LmWithValueHead::save_pretrained`]) and training state ([`PpoAgent::save_state`]) in
+    /// one directory.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        self.model.save_pretrained(dir)?;
+        self.save_state(dir)
+    }
+}
+
+impl PpoAgent<AutoLm> {
+    /// The agent [`PpoAgent::save`] wrote to `dir`, on `device` (autodiff), continuing with
+    /// `config` (normally the one it was trained with).
+    pub fn load(dir: &Path, config: PpoConfig, device: &Device) -> Result<Self> {
+        let model = LmWithValueHead::from_pretrained(dir, true, ValueHeadInit::Default, device)?;
+        let mut agent = Self::new(model, config, device)?;
+        agent.load_state(dir)?;
+        Ok(agent)
     }
 }

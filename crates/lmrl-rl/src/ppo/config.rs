@@ -14,63 +14,92 @@ use crate::ppo::loss::LossParams;
 /// [`PpoConfig::ppo_reference`] is the PPO baseline script (`ppo.py`).
 ///
 /// Deserialising fills missing fields from `Default` and rejects unknown ones (a misspelt key
-/// must not silently fall back to a default).
+/// must not silently fall back to a default). With the `cli` feature it is also a clap
+/// argument group: one `--flag` per field, named after the field (`--learning-rate`, alias
+/// `--lr`), as TRL's `PPOConfig` is both the config and the command line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct PpoConfig {
     /// Adam learning rate (`learning_rate`).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "lr"))]
     pub learning_rate: f64,
     /// Samples per PPO step (`batch_size`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub batch_size: usize,
     /// Samples per forward/backward pass (`mini_batch_size`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub mini_batch_size: usize,
     /// Minibatches whose gradients are summed (each loss ÷ this, as accelerate does) before one
     /// optimizer step (`gradient_accumulation_steps`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub gradient_accumulation_steps: usize,
     /// Passes over the batch per step (`ppo_epochs`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub ppo_epochs: usize,
     /// Samples per no-grad scoring forward; `None` = `mini_batch_size`, as TRL's
     /// `batched_forward_pass`. Memory only: results do not depend on it.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub forward_batch_size: Option<usize>,
     /// Initial β (`init_kl_coef`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub init_kl_coef: f64,
     /// Adaptive (true) or fixed (false) β (`adap_kl_ctrl`).
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub adap_kl_ctrl: bool,
     /// Target KL of the adaptive controller (`target`).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "target-kl"))]
     pub target: f64,
     /// Horizon of the adaptive controller (`horizon`).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "kl-horizon"))]
     pub horizon: f64,
     /// Discount γ (`gamma`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub gamma: f64,
     /// GAE λ (`lam`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub lam: f64,
     /// PPO ratio clip ε (`cliprange`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub cliprange: f64,
     /// Value clip (`cliprange_value`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub cliprange_value: f64,
     /// Value-loss weight (`vf_coef`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub vf_coef: f64,
     /// Minibatches with token-mean ratio above this are skipped (`ratio_threshold`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub ratio_threshold: f64,
     /// KL estimator (`kl_penalty`).
+    #[cfg_attr(feature = "cli", arg(long, value_enum))]
     pub kl_penalty: KlPenalty,
     /// Divide scores by the running std (`use_score_scaling`).
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub use_score_scaling: bool,
     /// Also subtract the running mean; only with `use_score_scaling` (`use_score_norm`).
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub use_score_norm: bool,
     /// Clip scores to ±this after normalisation (`score_clip`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub score_clip: Option<f32>,
     /// Whiten the shaped rewards before GAE (`whiten_rewards`).
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub whiten_rewards: bool,
     /// Clip the global gradient L2 norm (PyTorch `clip_grad_norm_`), `None` = off (`max_grad_norm`).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub max_grad_norm: Option<f32>,
-    /// Seed of the minibatch permutations.
+    /// Seed of the minibatch permutations (an app sets it from its run seed).
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub seed: u64,
     /// Adam β₁ (PyTorch default 0.9).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub adam_beta1: f32,
     /// Adam β₂ (PyTorch default 0.999).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub adam_beta2: f32,
     /// Adam ε (PyTorch default 1e-8; burn's default is 1e-5).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub adam_epsilon: f32,
 }
 

@@ -12,6 +12,7 @@ use crate::util::check_shape;
 
 /// Which KL estimator shapes the reward (TRL `PPOConfig.kl_penalty`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum KlPenalty {
     /// `"kl"`: the sampled-token estimator ℓ_t − ℓ^ref_t (Schulman's k1).

@@ -1,0 +1,143 @@
+//! The `train` command of an app, from the parsed command line to the exit code: resolve the
+//! settings, take the run directory, load the model and tokenizer, build the app's task, train.
+use std::path::Path;
+use std::process::ExitCode;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use clap::ArgMatches;
+use lmrl_data::AssetCache;
+use lmrl_models::{AutoLm, LmTokenizer, ModelConfig};
+use lmrl_rl::{CoryConfig, PpoConfig};
+
+use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
+use crate::copies::CopySpec;
+use crate::device::select_device;
+use crate::error::{Result, TaskError, TrainError};
+use crate::session::{RunDir, install_signal_handler};
+use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
+use crate::task::Task;
+use crate::trainer::{Outcome, Trainer};
+
+/// A [`Config`] with the learners' sections.
+pub trait TrainConfig: Config {
+    /// The `[ppo]` section.
+    fn ppo(&self) -> &PpoConfig;
+    /// The `[cory]` section.
+    fn cory(&self) -> &CoryConfig;
+}
+
+/// What a task is built from.
+pub struct TaskEnv<'a> {
+    pub tokenizer: &'a LmTokenizer,
+    /// The policy's hyper-parameters (context length, vocabulary).
+    pub model: &'a ModelConfig,
+    pub cache: &'a AssetCache,
+    /// The compute device (without autodiff), for reward models.
+    pub device: &'a Device,
+    /// The padding id of the batches.
+    pub pad_id: u32,
+}
+
+/// Runs the `train` command of app `app` (its name in hints): `matches` are those of the
+/// (sub)command that flattens `C` and [`RunArgs`]. Settings that cannot be resolved are
+/// printed and give exit code 2, as a bad flag does; a finished run gives 0, one stopped by a
+/// signal 130. `build` makes the task from the resolved settings.
+pub fn train_command<C, T>(
+    app: &str,
+    matches: &ArgMatches,
+    args: &RunArgs,
+    build: impl FnOnce(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+) -> Result<ExitCode>
+where
+    C: TrainConfig,
+    T: Task,
+{
+    let resolved = match resolve::<C>(matches, args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            return Ok(ExitCode::from(2));
+        }
+    };
+    install_signal_handler();
+    Ok(match train_resolved(app, &resolved, args, build)? {
+        Outcome::Finished => ExitCode::SUCCESS,
+        Outcome::Stopped => ExitCode::from(130),
+    })
+}
+
+/// Trains the resolved run `resolved` (what [`train_command`] does after resolving; a sweep
+/// calls it once per run). The caller installs the signal handler.
+pub fn train_resolved<C, T>(
+    app: &str,
+    resolved: &Resolved<C>,
+    args: &RunArgs,
+    build: impl FnOnce(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+) -> Result<Outcome>
+where
+    C: TrainConfig,
+    T: Task,
+{
+    let cfg = &resolved.config;
+    let run = cfg.run();
+    let (dir, start) = RunDir::open(&resolved.out, resolved.resume, (&run.algo, run.seed))?;
+    write_config(dir.path(), cfg)?;
+    let cache = asset_cache(args.cache_dir.as_deref())?;
+    let device = select_device(args.device.as_deref())?;
+    device.seed(run.seed);
+    let train_device = device.clone().autodiff();
+    let model_path = resolve_path_or_asset(&cache, &run.model)?;
+    let (tokenizer, model_config) = load_tokenizer(&model_path)?;
+    let env = TaskEnv {
+        tokenizer: &tokenizer,
+        model: &model_config,
+        cache: &cache,
+        device: &device,
+        pad_id: pad_id(&tokenizer, &model_config),
+    };
+    let task = build(cfg, &env).map_err(|source| TrainError::Task {
+        what: "cannot set up the task".into(),
+        source,
+    })?;
+    let base = AutoLm::from_pretrained(&model_path, &train_device).map_err(|source| {
+        TrainError::Model {
+            path: model_path.clone(),
+            source,
+        }
+    })?;
+    let reference = base.valid();
+    let spec = CopySpec::new(run, cfg.ppo(), cfg.cory(), &model_config);
+    let trainer = Trainer {
+        task: &task,
+        tokenizer: &tokenizer,
+        reference: &reference,
+        run,
+        spec: &spec,
+        device: &train_device,
+        app,
+    };
+    trainer.train(&dir, start, base)
+}
+
+fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {
+    Ok(lmrl_runs::atomic_write(
+        &out.join(CONFIG_FILE),
+        to_toml(cfg).as_bytes(),
+    )?)
+}
+
+/// An error and its causes on one line (`a: b: c`).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}

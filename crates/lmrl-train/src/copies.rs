@@ -1,0 +1,268 @@
+//! What a run trains — one learner, or CORY's two — and how each copy is written to and read
+//! back from a checkpoint: per copy a subdirectory (`policy`, or `llm1`/`llm2`) holding its
+//! Hugging Face weights (LoRA adapters merged in), its value head, the tokenizer, the learner's
+//! training state, and for LoRA runs the unmerged adapters; CORY adds `cory_state.toml`; the
+//! run adds `state.toml`.
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use lmrl_models::{
+    AutoLm, LmTokenizer, LmWithValueHead, LoraConfig, ModelConfig, Pretrained, VALUE_HEAD_FILE,
+    ValueHead, apply_lora, merge_lora,
+};
+use lmrl_rl::{CoryTrainer, Learner, PpoAgent, PpoConfig};
+use lmrl_runs::{AgentState, CheckpointDir, STATE_FORMAT, TrainState};
+
+use crate::error::{Result, TrainError};
+use crate::settings::{Algo, RunSettings};
+
+/// Checkpoint subdirectory of a single learner.
+pub const POLICY: &str = "policy";
+
+/// LoRA runs only: burn's record of the whole adapted policy with its value head (frozen base,
+/// adapter factors A and B), next to the merged Hugging Face weights; exact resume needs the
+/// adapters, which the merged weights cannot give back.
+pub const LORA_FILE: &str = "lora_model.bpk";
+
+/// A learner of this crate's models, chosen at run time.
+pub type DynLearner = Box<dyn Learner<AutoLm>>;
+
+/// What is trained.
+pub enum Copies {
+    /// One learner (PPO).
+    Single(DynLearner),
+    /// CORY's pioneer and observer.
+    Cory(Box<CoryTrainer<AutoLm, DynLearner>>),
+}
+
+/// How the copies of a run are built: the algorithm, PPO settings, LoRA and the head's init.
+#[derive(Debug, Clone)]
+pub struct CopySpec {
+    pub algo: Algo,
+    pub ppo: PpoConfig,
+    pub cory: lmrl_rl::CoryConfig,
+    pub lora: Option<LoraConfig>,
+    pub head: lmrl_models::ValueHeadInit,
+}
+
+impl CopySpec {
+    /// The spec of a run's settings; LoRA targets follow the model's architecture.
+    pub fn new(
+        run: &RunSettings,
+        ppo: &PpoConfig,
+        cory: &lmrl_rl::CoryConfig,
+        model: &ModelConfig,
+    ) -> Self {
+        Self {
+            algo: run.algo,
+            ppo: ppo.clone(),
+            cory: cory.clone(),
+            lora: (run.lora_rank > 0).then(|| lora_targets(run.lora_rank, run.lora_alpha, model)),
+            head: run.value_head_init,
+        }
+    }
+
+    /// The policy a fresh learner starts from: `base`, with LoRA adapters when asked.
+    fn policy(&self, base: &AutoLm) -> Result<AutoLm> {
+        match &self.lora {
+            None => Ok(base.clone()),
+            Some(l) => Ok(apply_lora(base.clone(), l)?),
+        }
+    }
+
+    fn learner(&self, model: LmWithValueHead<AutoLm>, device: &Device) -> Result<DynLearner> {
+        Ok(Box::new(PpoAgent::new(model, self.ppo.clone(), device)?))
+    }
+
+    /// A fresh learner on `base` (each call gives an independent copy with its own head).
+    fn fresh_learner(&self, base: &AutoLm, device: &Device) -> Result<DynLearner> {
+        let model = LmWithValueHead::new(self.policy(base)?, self.head, device);
+        self.learner(model, device)
+    }
+}
+
+/// The LoRA adapters of `rank`: every attention and MLP projection (Llama) or every GPT-2
+/// projection, scale α / rank.
+pub fn lora_targets(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig {
+    match model {
+        ModelConfig::Llama(_) => LoraConfig::attention_and_mlp(rank, alpha),
+        ModelConfig::Gpt2(_) => LoraConfig {
+            rank,
+            alpha,
+            target_modules: ["c_attn", "c_proj", "c_fc"].map(String::from).to_vec(),
+            init_std: None,
+        },
+    }
+}
+
+impl Copies {
+    /// Fresh copies of `base` (CORY's llm1 is made first, then llm2), scored against
+    /// `reference`.
+    pub fn fresh(spec: &CopySpec, base: &AutoLm, reference: &AutoLm, device: &Device) -> Result<Self> {
+        Ok(match spec.algo {
+            Algo::Ppo => Copies::Single(spec.fresh_learner(base, device)?),
+            Algo::Cory => {
+                let llm1 = spec.fresh_learner(base, device)?;
+                let llm2 = spec.fresh_learner(base, device)?;
+                Copies::Cory(Box::new(CoryTrainer::new(
+                    llm1,
+                    llm2,
+                    reference.clone(),
+                    spec.cory.clone(),
+                )?))
+            }
+        })
+    }
+
+    /// Every trained copy by name, sorted (`policy`, or `llm1`, `llm2`).
+    pub fn named(&self) -> Vec<(&'static str, &DynLearner)> {
+        match self {
+            Copies::Single(l) => vec![(POLICY, l)],
+            Copies::Cory(t) => (0..2).map(|i| (CoryTrainer::<AutoLm, DynLearner>::llm_name(i), t.llm(i))).collect(),
+        }
+    }
+
+    /// The copies in `state.toml` order: `[policy]`, or `[pioneer, observer]` for CORY.
+    fn state_names(&self) -> Vec<String> {
+        match self {
+            Copies::Single(_) => vec![POLICY.into()],
+            Copies::Cory(t) => {
+                let p = if t.role_of(0) == lmrl_rl::Role::Pioneer { 0 } else { 1 };
+                [p, 1 - p]
+                    .map(|i| CoryTrainer::<AutoLm, DynLearner>::llm_name(i).to_string())
+                    .to_vec()
+            }
+        }
+    }
+
+    /// Writes checkpoint `done` of the run `(algo, seed)` and keeps the `keep` newest.
+    pub fn save(
+        &self,
+        spec: &CopySpec,
+        ckpts: &CheckpointDir,
+        (algo, seed): (Algo, u64),
+        done: usize,
+        keep: usize,
+        tokenizer: &LmTokenizer,
+    ) -> Result<()> {
+        let state = TrainState {
+            format: STATE_FORMAT,
+            algo,
+            seed,
+            completed_iterations: done,
+            agents: self
+                .state_names()
+                .into_iter()
+                .map(|name| AgentState { name })
+                .collect(),
+        };
+        ckpts.save(done, |dir| {
+            for (name, learner) in self.named() {
+                let d = dir.join(name);
+                save_weights(spec, learner.as_ref(), &d)?;
+                tokenizer.save(&d)?;
+            }
+            match self {
+                Copies::Single(l) => l.save_state(&dir.join(POLICY))?,
+                Copies::Cory(t) => t.save_state(dir)?,
+            }
+            state.write(dir)?;
+            Ok(())
+        })?;
+        Ok(ckpts.prune(keep)?)
+    }
+
+    /// Rebuilds the copies of checkpoint `dir` exactly: weights (on `base` for LoRA runs),
+    /// value heads, optimiser moments, β, running moments, counters, roles and CORY's
+    /// iteration counter.
+    pub fn restore(
+        spec: &CopySpec,
+        dir: &Path,
+        base: &AutoLm,
+        reference: &AutoLm,
+        device: &Device,
+    ) -> Result<Self> {
+        let learner = |name: &str| -> Result<DynLearner> {
+            let d = dir.join(name);
+            let model = load_weights(spec, base, &d, device).map_err(|e| TrainError::Restore {
+                what: "the weights",
+                path: d.clone(),
+                source: Box::new(e),
+            })?;
+            spec.learner(model, device)
+        };
+        let restore_err = |what, path: &Path| {
+            let path = path.to_path_buf();
+            move |e: lmrl_rl::RlError| TrainError::Restore {
+                what,
+                path,
+                source: Box::new(e),
+            }
+        };
+        Ok(match spec.algo {
+            Algo::Ppo => {
+                let mut l = learner(POLICY)?;
+                let d = dir.join(POLICY);
+                l.load_state(&d)
+                    .map_err(restore_err("the training state", &d))?;
+                Copies::Single(l)
+            }
+            Algo::Cory => {
+                let names = [0, 1].map(CoryTrainer::<AutoLm, DynLearner>::llm_name);
+                let (llm1, llm2) = (learner(names[0])?, learner(names[1])?);
+                let mut t = CoryTrainer::new(llm1, llm2, reference.clone(), spec.cory.clone())?;
+                t.load_state(dir).map_err(restore_err("the CORY state", dir))?;
+                Copies::Cory(Box::new(t))
+            }
+        })
+    }
+}
+
+/// Writes one copy's weights into `d` as a Hugging Face checkpoint (LoRA adapters merged, so
+/// other tools read a plain model) with its value head; LoRA runs add [`LORA_FILE`] with the
+/// unmerged adapters for resume.
+fn save_weights(
+    spec: &CopySpec,
+    learner: &dyn Learner<AutoLm>,
+    d: &Path,
+) -> std::result::Result<(), lmrl_runs::FillError> {
+    let policy = learner.policy();
+    match &spec.lora {
+        None => policy.save_pretrained(d)?,
+        Some(_) => merge_lora(policy.clone()).save_pretrained(d)?,
+    }
+    if let Some(head) = learner.value_head() {
+        head.save(&d.join(VALUE_HEAD_FILE))?;
+    }
+    if spec.lora.is_some() {
+        let f = d.join(LORA_FILE);
+        policy
+            .clone()
+            .save_file(&f)
+            .map_err(|e| format!("cannot write {}: {e:?}", f.display()))?;
+    }
+    Ok(())
+}
+
+/// The model [`save_weights`] wrote to `d`, on `device`: the HF weights and value head, or for
+/// LoRA runs `base` with the saved adapters.
+fn load_weights(
+    spec: &CopySpec,
+    base: &AutoLm,
+    d: &Path,
+    device: &Device,
+) -> std::result::Result<LmWithValueHead<AutoLm>, lmrl_runs::FillError> {
+    let policy = match &spec.lora {
+        None => AutoLm::from_pretrained(d, device)?,
+        Some(l) => {
+            let f = d.join(LORA_FILE);
+            apply_lora(base.clone(), l)?
+                .try_load_file(&f)
+                .map_err(|e| format!("cannot load the LoRA policy {}: {e:?}", f.display()))?
+        }
+    };
+    let head_path = d.join(VALUE_HEAD_FILE);
+    let v_head = ValueHead::load(&head_path, lmrl_models::CausalLm::hidden_size(&policy), device)?;
+    Ok(LmWithValueHead { lm: policy, v_head })
+}

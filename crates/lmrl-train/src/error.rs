@@ -1,0 +1,104 @@
+//! Errors of the training loop; each names the file, setting or iteration involved.
+use std::path::PathBuf;
+
+/// What a task's own code may fail with (data, templates, evaluation).
+pub type TaskError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Errors of settings resolution and of a training run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// A setting out of its domain or contradicting another; `field` is the `config.toml` key.
+    #[error("invalid setting `{field}`: {reason}")]
+    Setting { field: String, reason: String },
+    #[error("cannot read {path}")]
+    ReadConfig {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `config.toml` that is not TOML, has unknown keys or values of the wrong type.
+    #[error("invalid settings in {path}: {reason}")]
+    ConfigSyntax { path: PathBuf, reason: String },
+    /// `--resume` given with flags that would change what the run computes.
+    #[error(
+        "--resume continues {path} with its own config.toml; only --iterations, \
+         --checkpoint-every, --keep-checkpoints, --samples-every, --device and --cache-dir may be given, not {flags}"
+    )]
+    ResumeSettings { path: PathBuf, flags: String },
+    /// A run directory that cannot be started or resumed as asked.
+    #[error("{path} {reason}")]
+    Run { path: PathBuf, reason: String },
+    #[error("cannot locate the asset cache")]
+    AssetCache(#[source] lmrl_data::AssetError),
+    #[error("`{name}` is neither an existing path nor an asset that could be fetched")]
+    Asset {
+        name: String,
+        #[source]
+        source: lmrl_data::AssetError,
+    },
+    #[error("cannot load the model {path}")]
+    Model {
+        path: PathBuf,
+        #[source]
+        source: lmrl_models::ModelError,
+    },
+    #[error("no tokenizer for the model {path}")]
+    Tokenizer {
+        path: PathBuf,
+        #[source]
+        source: lmrl_models::ModelError,
+    },
+    /// A tokenizer that can produce ids past the model's embedding table.
+    #[error(
+        "the tokenizer of {path} has {tokenizer} tokens but the model's vocabulary has only \
+         {model}: they do not belong together"
+    )]
+    VocabularyMismatch {
+        path: PathBuf,
+        tokenizer: usize,
+        model: usize,
+    },
+    /// The device asked for does not exist or its backend is not compiled in.
+    #[error("device `{spec}`: {reason}")]
+    Device { spec: String, reason: String },
+    /// Restoring a learner from a checkpoint failed.
+    #[error("cannot restore {what} from {path}")]
+    Restore {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An iteration failed.
+    #[error("iteration {iteration}: {what} failed")]
+    Iteration {
+        iteration: usize,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The task's own code failed.
+    #[error("{what}")]
+    Task {
+        what: String,
+        #[source]
+        source: TaskError,
+    },
+    #[error(transparent)]
+    Rl(#[from] lmrl_rl::RlError),
+    #[error(transparent)]
+    Runs(#[from] lmrl_runs::RunError),
+    #[error(transparent)]
+    ModelIo(#[from] lmrl_models::ModelError),
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;
+
+pub(crate) fn setting(field: impl Into<String>, reason: impl Into<String>) -> TrainError {
+    TrainError::Setting {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}

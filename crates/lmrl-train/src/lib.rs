@@ -1,0 +1,34 @@
+//! One RL fine-tuning loop for language models, behind a task trait.
+//!
+//! A [`Task`] supplies prompts that carry their own context, a reward over that context
+//! (`lmrl_rewards::Reward`), CORY's observer template and the sampler settings; the loop
+//! ([`Trainer`]) does the rest the same way for every task: PPO or CORY learners
+//! ([`Copies`]), per-iteration random streams, metrics, sample logs, plots, checkpoints in
+//! Hugging Face format, exact resume, SIGINT/SIGTERM/SIGHUP handling and a lock per run
+//! directory. Settings are declared once, as config structs that are both `config.toml`
+//! sections and clap flags ([`Config`], [`resolve`]). An app is a task plus a thin `main`
+//! ([`train_command`]); [`select_device`] is the one place that picks the device.
+mod app;
+mod assets;
+mod copies;
+mod device;
+mod error;
+mod session;
+mod settings;
+mod streams;
+mod task;
+mod trainer;
+
+pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
+pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset};
+pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, POLICY, lora_targets};
+pub use device::{backend_name, select_device};
+pub use error::{Result, TaskError, TrainError};
+pub use session::{LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested};
+pub use settings::{
+    Algo, CONFIG_FILE, Config, RESUMABLE, Resolved, RunArgs, RunSettings, Section, read_config,
+    resolve, resolve_with, section, to_toml, with_defaults,
+};
+pub use streams::{DataOrder, iter_rng, mix, stream};
+pub use task::{Stage, Task};
+pub use trainer::{Outcome, SUMMARY_FILE, Trainer, cory_rows, generate_chunked, metric_row};

@@ -1,0 +1,393 @@
+//! A run's settings, from one declaration per setting: every setting is a field of a config
+//! struct (`lmrl_rl::PpoConfig`, `lmrl_rl::CoryConfig`, [`RunSettings`], the task's own), which
+//! is at once a section of `config.toml` (`[ppo]`, `[cory]`, `[run]`, `[imdb]`, …) and a clap
+//! argument group (`--learning-rate`, `--swap-period`, …), named after the field — as TRL's
+//! `PPOConfig` is both its config and its command line.
+//!
+//! Resolution ([`resolve`]): the app's defaults for the chosen algorithm, overridden by
+//! `--config FILE`, overridden by the flags actually given on the command line; or, with
+//! `--resume DIR`, the run's own `DIR/config.toml` with only its length and bookkeeping
+//! cadence changeable. Help texts show the app's defaults ([`with_defaults`]).
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, Command, FromArgMatches};
+use lmrl_models::ValueHeadInit;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use toml::{Table, Value};
+
+use crate::error::{Result, TrainError, setting};
+
+/// `config.toml` of a run directory: the fully resolved settings, read back on resume.
+pub const CONFIG_FILE: &str = "config.toml";
+
+/// What a run trains.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Algo {
+    /// PPO as TRL runs it: one policy with a value head.
+    Ppo,
+    /// CORY: a pioneer and an observer copy trained on a shared reward, exchanging roles.
+    #[default]
+    Cory,
+}
+
+impl Algo {
+    /// The name in flags, file names and `config.toml`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Ppo => "ppo",
+            Algo::Cory => "cory",
+        }
+    }
+}
+
+/// The settings every run has, whatever its task (`[run]` in `config.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// What to train: `ppo` (one policy) or `cory` (a pioneer and an observer copy trained on a
+    /// shared reward, exchanging roles).
+    #[arg(long, value_enum)]
+    pub algo: Algo,
+    /// Policy model: a Hugging Face directory (config.json + model.safetensors [+ tokenizer]),
+    /// a `.gguf` file, or a named asset (`smollm2-135m`).
+    #[arg(long)]
+    pub model: String,
+    /// Iterations to train (one batch of prompts each).
+    #[arg(long)]
+    pub iterations: usize,
+    /// Random seed of the run: data order, prompt and response lengths, sampling, value-head
+    /// init, minibatch order (PPO's `seed` is set from it).
+    #[arg(long)]
+    pub seed: u64,
+    /// How a fresh value head starts: `default` (TRL: PyTorch's uniform init) or `zeros`.
+    #[arg(long, value_parser = parse_head_init)]
+    pub value_head_init: ValueHeadInit,
+    /// LoRA rank of adapters on every projection (0 = full fine-tuning).
+    #[arg(long)]
+    pub lora_rank: usize,
+    /// LoRA scale α (the update is scaled by α / rank).
+    #[arg(long)]
+    pub lora_alpha: f64,
+    /// Prompts per generation call.
+    #[arg(long)]
+    pub generation_batch_size: usize,
+    /// Write a checkpoint every this many iterations (and always after the last one).
+    #[arg(long)]
+    pub checkpoint_every: usize,
+    /// Keep this many most recent checkpoints (older ones are deleted).
+    #[arg(long)]
+    pub keep_checkpoints: usize,
+    /// Log the prompts and responses of every this many iterations to `samples.jsonl`.
+    #[arg(long)]
+    pub samples_every: usize,
+}
+
+impl RunSettings {
+    /// Checks the run-level settings; errors name the `config.toml` key.
+    pub fn validate(&self) -> Result<()> {
+        if self.iterations == 0 {
+            return Err(setting("run.iterations", "must be at least 1"));
+        }
+        for (field, v) in [
+            ("run.checkpoint_every", self.checkpoint_every),
+            ("run.keep_checkpoints", self.keep_checkpoints),
+            ("run.samples_every", self.samples_every),
+            ("run.generation_batch_size", self.generation_batch_size),
+        ] {
+            if v == 0 {
+                return Err(setting(field, "must be at least 1"));
+            }
+        }
+        if self.lora_rank > 0 && !(self.lora_alpha.is_finite() && self.lora_alpha > 0.0) {
+            return Err(setting("run.lora_alpha", "must be a positive number"));
+        }
+        Ok(())
+    }
+}
+
+/// The flags beside the settings: where the run lives and what it reads (not saved in
+/// `config.toml`: they do not change what it computes).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Read settings from this TOML file (flags given as well override it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Output directory (default: runs/<app>-<algo>-<seed>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Continue the interrupted run in DIR with its own config.toml (exact resume).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "out"])]
+    pub resume: Option<PathBuf>,
+    /// Asset cache directory (default: $LMRL_CACHE, else ~/.cache/lmrl).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compute device: `cpu`, `cuda:N` or `wgpu:N` (default: the backend's first device).
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+fn parse_head_init(s: &str) -> std::result::Result<ValueHeadInit, String> {
+    match s {
+        "default" => Ok(ValueHeadInit::Default),
+        "zeros" => Ok(ValueHeadInit::Zeros),
+        _ => Err(format!("expected `default` or `zeros`, got `{s}`")),
+    }
+}
+
+/// One table of `config.toml` and the flags of its fields.
+#[derive(Debug, Clone)]
+pub struct Section {
+    pub name: &'static str,
+    ids: Vec<String>,
+}
+
+/// The section `name`, holding the fields (and flags) of the clap group `A`.
+pub fn section<A: Args>(name: &'static str) -> Section {
+    let cmd = A::augment_args(Command::new(name));
+    Section {
+        name,
+        ids: cmd
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect(),
+    }
+}
+
+/// An app's whole run configuration: one struct whose fields are the sections.
+pub trait Config: Serialize + DeserializeOwned + Clone + Debug + FromArgMatches {
+    /// Names a fresh run's default output directory, `runs/<APP>-<algo>-<seed>`.
+    const APP: &'static str;
+
+    /// The built-in defaults of a run of `algo`.
+    fn defaults(algo: Algo) -> Self;
+
+    /// Every section, in `config.toml` order.
+    fn sections() -> Vec<Section>;
+
+    /// The `[run]` section.
+    fn run(&self) -> &RunSettings;
+
+    /// Sets what follows from other settings (e.g. PPO's minibatch seed from the run seed).
+    fn finish(&mut self);
+
+    /// Rejects contradictory or meaningless settings before any work starts, naming the key.
+    fn validate(&self) -> Result<()>;
+}
+
+/// The settings a resumed run may change: its length and bookkeeping, not what it computes.
+pub const RESUMABLE: [&str; 4] = [
+    "iterations",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "samples_every",
+];
+
+/// A resolved run: its settings, its directory, and whether it continues an earlier run.
+#[derive(Debug, Clone)]
+pub struct Resolved<C> {
+    pub config: C,
+    pub out: PathBuf,
+    pub resume: bool,
+}
+
+/// Shows the app's defaults in `--help` and makes every setting optional on the command line:
+/// each flag of `C`'s sections gets the default of [`Config::defaults`] for the default
+/// algorithm. Apply to the (sub)command that flattens `C`.
+pub fn with_defaults<C: Config>(mut cmd: Command) -> Command {
+    let defaults = section_tables(&C::defaults(Algo::default()));
+    for sec in C::sections() {
+        for id in &sec.ids {
+            let value = defaults.get(sec.name).and_then(|t| t.get(id.as_str()));
+            let texts = value.map(default_texts).unwrap_or_default();
+            cmd = cmd.mut_arg(id.as_str(), |a| {
+                let a = a.required(false);
+                if texts.is_empty() {
+                    a
+                } else {
+                    a.default_values(texts)
+                }
+            });
+        }
+    }
+    cmd
+}
+
+fn default_texts(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a.iter().flat_map(default_texts).collect(),
+        other => vec![other.to_string()],
+    }
+}
+
+fn section_tables<C: Serialize>(c: &C) -> Table {
+    Table::try_from(c).expect("a config struct serialises to a TOML table")
+}
+
+/// The ids of the settings given on the command line, with their section.
+fn given<C: Config>(matches: &ArgMatches) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for sec in C::sections() {
+        for id in sec.ids {
+            if matches.value_source(&id) == Some(ValueSource::CommandLine) {
+                out.push((sec.name, id));
+            }
+        }
+    }
+    out
+}
+
+fn flag(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
+}
+
+/// Resolves the run's settings and directory from the matches of the (sub)command that
+/// flattens `C` and `RunArgs` (see the module docs for the order).
+pub fn resolve<C: Config>(matches: &ArgMatches, args: &RunArgs) -> Result<Resolved<C>> {
+    resolve_with(matches, args, &Table::new())
+}
+
+/// [`resolve`] with `forced` settings (a partial `config.toml` table, e.g. a sweep's
+/// `[run] algo` and `seed`) applied last, over the command line; `forced`'s algorithm, if it
+/// has one, also picks the defaults.
+pub fn resolve_with<C: Config>(
+    matches: &ArgMatches,
+    args: &RunArgs,
+    forced: &Table,
+) -> Result<Resolved<C>> {
+    let given = given::<C>(matches);
+    let cli = section_tables(&C::from_arg_matches(matches).map_err(|e| setting("flags", e.to_string()))?);
+    let overlay = |mut base: Table, allowed: &dyn Fn(&str) -> bool| -> Table {
+        for (sec, id) in &given {
+            if !allowed(id) {
+                continue;
+            }
+            if let Some(v) = cli.get(*sec).and_then(|t| t.get(id.as_str())) {
+                table_mut(&mut base, sec).insert(id.clone(), v.clone());
+            }
+        }
+        base
+    };
+    if let Some(dir) = &args.resume {
+        let changed: Vec<String> = given
+            .iter()
+            .filter(|(_, id)| !RESUMABLE.contains(&id.as_str()))
+            .map(|(_, id)| flag(id))
+            .collect();
+        if !changed.is_empty() {
+            return Err(TrainError::ResumeSettings {
+                path: dir.clone(),
+                flags: changed.join(", "),
+            });
+        }
+        let file = dir.join(CONFIG_FILE);
+        let base = read_table(&file)?;
+        let merged = overlay(base, &|id| RESUMABLE.contains(&id));
+        let config = finish::<C>(merged, &file)?;
+        return Ok(Resolved {
+            config,
+            out: dir.clone(),
+            resume: true,
+        });
+    }
+    let file = match &args.config {
+        Some(p) => read_table(p)?,
+        None => Table::new(),
+    };
+    let algo = file_algo(forced)
+        .or_else(|| given_algo(&given, &cli))
+        .or_else(|| file_algo(&file))
+        .unwrap_or_default();
+    let mut base = section_tables(&C::defaults(algo));
+    merge(&mut base, file);
+    let mut merged = overlay(base, &|_| true);
+    merge(&mut merged, forced.clone());
+    let origin = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("the command line"));
+    let config = finish::<C>(merged, &origin)?;
+    let run = config.run();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}-{}", C::APP, run.algo.name(), run.seed)));
+    Ok(Resolved {
+        config,
+        out,
+        resume: false,
+    })
+}
+
+fn given_algo(given: &[(&str, String)], cli: &Table) -> Option<Algo> {
+    given
+        .iter()
+        .find(|(_, id)| id == "algo")
+        .and_then(|(sec, _)| cli.get(*sec)?.get("algo")?.clone().try_into().ok())
+}
+
+fn file_algo(file: &Table) -> Option<Algo> {
+    file.get("run")?.get("algo")?.clone().try_into().ok()
+}
+
+fn table_mut<'a>(t: &'a mut Table, name: &str) -> &'a mut Table {
+    let v = t
+        .entry(name.to_string())
+        .or_insert_with(|| Value::Table(Table::new()));
+    if !v.is_table() {
+        *v = Value::Table(Table::new());
+    }
+    v.as_table_mut().expect("made a table above")
+}
+
+/// Deep merge: `top`'s keys replace `base`'s; tables merge key by key.
+fn merge(base: &mut Table, top: Table) {
+    for (k, v) in top {
+        match (base.get_mut(&k), v) {
+            (Some(Value::Table(b)), Value::Table(t)) => merge(b, t),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+fn read_table(path: &Path) -> Result<Table> {
+    let text = std::fs::read_to_string(path).map_err(|source| TrainError::ReadConfig {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.parse::<Table>()
+        .map_err(|e| TrainError::ConfigSyntax {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+}
+
+fn finish<C: Config>(merged: Table, origin: &Path) -> Result<C> {
+    let mut config: C = Value::Table(merged)
+        .try_into()
+        .map_err(|e: toml::de::Error| TrainError::ConfigSyntax {
+            path: origin.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    config.finish();
+    config.validate()?;
+    Ok(config)
+}
+
+/// Reads a resolved `config.toml` (as a run directory holds it).
+pub fn read_config<C: Config>(path: &Path) -> Result<C> {
+    finish(read_table(path)?, path)
+}
+
+/// Writes the resolved settings as `config.toml` text.
+pub fn to_toml<C: Serialize>(config: &C) -> String {
+    toml::to_string_pretty(config).expect("a config struct serialises to TOML")
+}

@@ -1,0 +1,563 @@
+//! The training loop: each iteration draws a batch of the task's prompts, samples responses,
+//! scores them with the task's reward over each prompt's context, and steps the learner(s) —
+//! one learner, or CORY's pioneer and observer — then writes the metrics row(s), sample log
+//! lines and, on schedule, a checkpoint. Every random choice of an iteration comes from a
+//! stream seeded by `(seed, iteration, purpose)`, so a resumed run continues with exactly the
+//! numbers of an uninterrupted one.
+use std::path::Path;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use indicatif::{ProgressBar, ProgressStyle};
+use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer};
+use lmrl_rewards::Sample;
+use lmrl_rl::{
+    CoryEnv, CoryIterationStats, EnvError, GenerationPurpose, Learner, Prompt, Role, StepStats,
+};
+use lmrl_runs::{MetricRow, MetricsLog, SamplesLog};
+use serde::Serialize;
+
+use crate::copies::{CopySpec, Copies, DynLearner, POLICY};
+use crate::error::{Result, TrainError};
+use crate::session::{RunDir, Start, checkpoint_due, stop_requested};
+use crate::settings::RunSettings;
+use crate::streams::{DataOrder, mix, stream};
+use crate::task::{Stage, Task};
+
+/// How a training run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    /// A stop signal ended it after a checkpoint; `--resume` continues it.
+    Stopped,
+}
+
+/// Written when a run has reached its iteration count.
+pub const SUMMARY_FILE: &str = "summary.json";
+
+/// Everything a run needs that does not change while it trains.
+pub struct Trainer<'a, T: Task> {
+    pub task: &'a T,
+    pub tokenizer: &'a LmTokenizer,
+    /// The frozen reference π₀ (no autodiff).
+    pub reference: &'a AutoLm,
+    pub run: &'a RunSettings,
+    pub spec: &'a CopySpec,
+    /// The training device (autodiff).
+    pub device: &'a Device,
+    /// Names the app in the resume hint (`imdb-app`).
+    pub app: &'a str,
+}
+
+/// Seconds spent in each phase of one iteration.
+#[derive(Debug, Default, Clone, Copy)]
+struct Phases {
+    generate: f64,
+    score: f64,
+}
+
+impl<T: Task> Trainer<'_, T> {
+    /// Trains in `dir` from `start` to `run.iterations`, then evaluates, draws the plots and
+    /// writes [`SUMMARY_FILE`]. `base` is the pretrained model on the training device: fresh
+    /// copies start from it, LoRA runs rebuild their adapters on it.
+    pub fn train(&self, dir: &RunDir, start: Start, base: AutoLm) -> Result<Outcome> {
+        let out = dir.path();
+        let (mut copies, first) = match &start {
+            Start::Fresh => {
+                self.evaluate(Stage::Before, &[("base", self.reference)], out)?;
+                let c = Copies::fresh(self.spec, &base, self.reference, self.device)?;
+                (c, 0)
+            }
+            Start::Resume { done, dir: ckpt } => {
+                let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
+                if let Copies::Cory(t) = &c
+                    && t.iterations() != *done
+                {
+                    return Err(TrainError::Run {
+                        path: ckpt.clone(),
+                        reason: format!(
+                            "holds {} CORY iterations but its state.toml says {done}",
+                            t.iterations()
+                        ),
+                    });
+                }
+                (c, *done)
+            }
+        };
+        drop(base);
+        let total = self.run.iterations;
+        if first >= total {
+            eprintln!("{} already has {first} iterations (asked for {total}): nothing to do", out.display());
+            self.finish(out, &copies)?;
+            return Ok(Outcome::Finished);
+        }
+        if first > 0 {
+            eprintln!("resuming {} at iteration {first} of {total}", out.display());
+        }
+        let resume_from = matches!(start, Start::Resume { .. }).then_some(first);
+        let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
+        let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+        let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
+        for it in first..total {
+            let t0 = Instant::now();
+            let mut phases = Phases::default();
+            let batch: Vec<&Prompt<T::Context>> = order
+                .batch(it)
+                .into_iter()
+                .map(|i| &self.task.prompts()[i])
+                .collect();
+            let rows = match &mut copies {
+                Copies::Single(l) => self.single_iteration(l, &batch, it, &mut samples, &mut phases)?,
+                Copies::Cory(t) => self.cory_iteration(t, &batch, it, &mut samples, &mut phases)?,
+            };
+            let secs = t0.elapsed().as_secs_f64();
+            let mut line = format!("it {:>3}/{total} |", it + 1);
+            for mut r in rows {
+                r.seconds = secs;
+                line.push_str(&format!(
+                    " {} ({}) r {:+.3} kl {:.3} β {:.3} |",
+                    r.agent, r.role, r.task_reward, r.kl, r.beta
+                ));
+                metrics.append(&r)?;
+            }
+            eprintln!(
+                "{line} {secs:.1} s (generate {:.1}, score {:.2}, optimise {:.1})",
+                phases.generate,
+                phases.score,
+                (secs - phases.generate - phases.score).max(0.0)
+            );
+            let done = it + 1;
+            let stopping = stop_requested();
+            if checkpoint_due(done, self.run.checkpoint_every, total, stopping) {
+                self.save(&copies, dir, done)?;
+            }
+            if stopping {
+                eprintln!(
+                    "stopped after iteration {done}; checkpoint {} kept.\nresume with: {} --resume {} --iterations {total}",
+                    dir.checkpoints().path_for(done).display(),
+                    self.app,
+                    out.display(),
+                );
+                lmrl_runs::draw_run(out)?;
+                return Ok(Outcome::Stopped);
+            }
+        }
+        self.finish(out, &copies)?;
+        Ok(Outcome::Finished)
+    }
+
+    /// Prompts per iteration: the learners' batch divided by their samples per prompt.
+    fn batch_size(&self) -> usize {
+        self.spec.ppo.batch_size
+    }
+
+    fn save(&self, copies: &Copies, dir: &RunDir, done: usize) -> Result<()> {
+        let bar = spinner(format!("checkpoint {done}"));
+        let r = copies.save(
+            self.spec,
+            dir.checkpoints(),
+            (self.run.algo, self.run.seed),
+            done,
+            self.run.keep_checkpoints,
+            self.tokenizer,
+        );
+        bar.finish_and_clear();
+        r
+    }
+
+    fn evaluate(&self, stage: Stage, copies: &[(&str, &AutoLm)], out: &Path) -> Result<()> {
+        self.task
+            .evaluate(stage, copies, out)
+            .map_err(|source| TrainError::Task {
+                what: format!("the {stage:?} evaluation").to_lowercase(),
+                source,
+            })
+    }
+
+    /// Evaluates every trained copy, redraws the plots and writes the summary.
+    fn finish(&self, out: &Path, copies: &Copies) -> Result<()> {
+        let named = copies.named();
+        let policies: Vec<(&str, AutoLm)> = named
+            .iter()
+            .map(|(n, l)| (*n, l.policy().valid()))
+            .collect();
+        let refs: Vec<(&str, &AutoLm)> = policies.iter().map(|(n, m)| (*n, m)).collect();
+        self.evaluate(Stage::After, &refs, out)?;
+        lmrl_runs::draw_run(out)?;
+        let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
+        #[derive(Serialize)]
+        struct Summary {
+            iterations: usize,
+            final_rows: Vec<MetricRow>,
+        }
+        let summary = Summary {
+            iterations: self.run.iterations,
+            final_rows: lmrl_runs::final_rows(&rows),
+        };
+        let text = serde_json::to_string_pretty(&summary).expect("the summary serialises");
+        lmrl_runs::atomic_write(&out.join(SUMMARY_FILE), text.as_bytes())?;
+        eprintln!("done: results in {}", out.display());
+        Ok(())
+    }
+
+    fn generation(&self, it: usize) -> GenerationConfig {
+        self.task
+            .generation(it, mix(&[self.run.seed, it as u64, stream::GEN_PIONEER]))
+    }
+
+    fn decode_all(&self, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
+        seqs.iter()
+            .map(|s| Ok(self.task.decode(self.tokenizer, s)?))
+            .collect()
+    }
+
+    /// The task reward of each response to `prompts`, checked to be finite.
+    fn rewards(
+        &self,
+        prompts: &[&Prompt<T::Context>],
+        shown: &[&str],
+        responses: &[String],
+        it: usize,
+    ) -> Result<Vec<f32>> {
+        let samples: Vec<Sample<'_, T::Context>> = prompts
+            .iter()
+            .zip(shown)
+            .zip(responses)
+            .map(|((p, s), r)| Sample::new(s, r, &p.context))
+            .collect();
+        let reward = self.task.reward();
+        let scores = reward.score(&samples).map_err(|e| TrainError::Iteration {
+            iteration: it,
+            what: "the reward",
+            source: Box::new(e),
+        })?;
+        if let Some(i) = scores.iter().position(|s| !s.is_finite()) {
+            return Err(TrainError::Iteration {
+                iteration: it,
+                what: "the reward",
+                source: format!(
+                    "`{}` gave a non-finite score ({}) to sample {i}: {:?}",
+                    reward.name(),
+                    scores[i],
+                    responses[i]
+                )
+                .into(),
+            });
+        }
+        Ok(scores)
+    }
+
+    /// One iteration of a single learner: sample, score, step.
+    fn single_iteration(
+        &self,
+        learner: &mut DynLearner,
+        batch: &[&Prompt<T::Context>],
+        it: usize,
+        samples: &mut SamplesLog,
+        phases: &mut Phases,
+    ) -> Result<Vec<MetricRow>> {
+        let g = learner.samples_per_prompt();
+        let expanded: Vec<&Prompt<T::Context>> = batch
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(*p, g))
+            .collect();
+        let q: Vec<Vec<u32>> = expanded.iter().map(|p| p.ids.clone()).collect();
+        let t0 = Instant::now();
+        let y = generate_chunked(
+            learner.as_ref(),
+            &q,
+            &self.generation(it),
+            self.run.generation_batch_size,
+            "generating",
+        )
+        .map_err(|e| iteration_err(it, "generation", e))?;
+        phases.generate += t0.elapsed().as_secs_f64();
+        let y_text = self.decode_all(&y)?;
+        let shown: Vec<&str> = expanded.iter().map(|p| p.text.as_str()).collect();
+        let t0 = Instant::now();
+        let scores = self.rewards(&expanded, &shown, &y_text, it)?;
+        phases.score += t0.elapsed().as_secs_f64();
+        if it.is_multiple_of(self.run.samples_every) {
+            self.log_samples(samples, it, POLICY, "policy", &expanded, &shown, &y_text, &scores)?;
+        }
+        let bar = spinner(format!("optimising {} samples", q.len()));
+        let stats = learner.step(&q, &y, &scores, self.reference);
+        bar.finish_and_clear();
+        let stats = stats.map_err(|e| iteration_err(it, "the learner's step", e))?;
+        Ok(vec![metric_row(it, POLICY, "policy", &scores, &stats, None)])
+    }
+
+    /// One CORY iteration through [`lmrl_rl::CoryTrainer::iteration`].
+    fn cory_iteration(
+        &self,
+        trainer: &mut lmrl_rl::CoryTrainer<AutoLm, DynLearner>,
+        batch: &[&Prompt<T::Context>],
+        it: usize,
+        samples: &mut SamplesLog,
+        phases: &mut Phases,
+    ) -> Result<Vec<MetricRow>> {
+        let owned: Vec<Prompt<T::Context>> = batch.iter().map(|p| (*p).clone()).collect();
+        let mut env = LoopEnv {
+            trainer: self,
+            generate_secs: 0.0,
+        };
+        let reward = TimedReward {
+            inner: self.task.reward(),
+            secs: std::sync::Mutex::new(0.0),
+        };
+        let stats = trainer
+            .iteration(&owned, &self.generation(it), &mut env, &reward)
+            .map_err(|e| iteration_err(it, "the CORY iteration", e))?;
+        phases.generate += env.generate_secs;
+        phases.score += reward.secs.lock().map_or(0.0, |s| *s);
+        if it.is_multiple_of(self.run.samples_every) {
+            self.log_cory_samples(samples, it, &owned, &stats)?;
+        }
+        Ok(cory_rows(it, &stats))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log_samples(
+        &self,
+        samples: &mut SamplesLog,
+        it: usize,
+        agent: &str,
+        role: &str,
+        prompts: &[&Prompt<T::Context>],
+        shown: &[&str],
+        responses: &[String],
+        rewards: &[f32],
+    ) -> Result<()> {
+        for (((p, s), y), r) in prompts.iter().zip(shown).zip(responses).zip(rewards) {
+            let mut line = serde_json::Map::new();
+            line.insert("iteration".into(), it.into());
+            line.insert("agent".into(), agent.into());
+            line.insert("role".into(), role.into());
+            line.insert("prompt".into(), (*s).into());
+            line.insert("response".into(), y.as_str().into());
+            line.insert("reward".into(), f64::from(*r).into());
+            line.extend(self.task.sample_fields(p, y));
+            samples.append(&line)?;
+        }
+        Ok(())
+    }
+
+    fn log_cory_samples(
+        &self,
+        samples: &mut SamplesLog,
+        it: usize,
+        batch: &[Prompt<T::Context>],
+        stats: &CoryIterationStats,
+    ) -> Result<()> {
+        let t = &stats.texts;
+        let g = t.queries.len() / batch.len().max(1);
+        let expanded: Vec<&Prompt<T::Context>> = batch
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(p, g.max(1)))
+            .collect();
+        for m in &stats.agents {
+            let (role, shown, responses, rewards): (&str, Vec<&str>, _, _) = match m.role {
+                Role::Pioneer => (
+                    "pioneer",
+                    t.queries.iter().map(String::as_str).collect(),
+                    &t.pioneer_responses,
+                    &t.pioneer_rewards,
+                ),
+                Role::Observer => (
+                    "observer",
+                    t.observer_prompts.iter().map(String::as_str).collect(),
+                    &t.observer_responses,
+                    &t.observer_rewards,
+                ),
+            };
+            self.log_samples(samples, it, m.llm, role, &expanded, &shown, responses, rewards)?;
+        }
+        Ok(())
+    }
+}
+
+fn iteration_err(it: usize, what: &'static str, e: lmrl_rl::RlError) -> TrainError {
+    TrainError::Iteration {
+        iteration: it,
+        what,
+        source: Box::new(e),
+    }
+}
+
+/// The loop's side of CORY: the task's tokenizer and template, and chunked generation with a
+/// progress bar.
+struct LoopEnv<'t, 'a, T: Task> {
+    trainer: &'t Trainer<'a, T>,
+    generate_secs: f64,
+}
+
+impl<T: Task> CoryEnv<AutoLm, T::Context> for LoopEnv<'_, '_, T> {
+    fn decode(&self, ids: &[u32]) -> std::result::Result<String, EnvError> {
+        Ok(self.trainer.task.decode(self.trainer.tokenizer, ids)?)
+    }
+
+    fn encode(&self, text: &str) -> std::result::Result<Vec<u32>, EnvError> {
+        Ok(self.trainer.tokenizer.encode(text)?)
+    }
+
+    fn observer_prompt(
+        &self,
+        prompt: &Prompt<T::Context>,
+        pioneer_response: &str,
+    ) -> std::result::Result<String, EnvError> {
+        self.trainer.task.observer_prompt(prompt, pioneer_response)
+    }
+
+    fn generate(
+        &mut self,
+        learner: &dyn Learner<AutoLm>,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+        purpose: GenerationPurpose,
+    ) -> std::result::Result<Vec<Vec<u32>>, EnvError> {
+        let what = match purpose {
+            GenerationPurpose::Pioneer => "pioneer",
+            GenerationPurpose::Observer => "observer",
+            GenerationPurpose::QueryOnly => "observer (plain query)",
+        };
+        let t0 = Instant::now();
+        let out = generate_chunked(
+            learner,
+            prompts,
+            config,
+            self.trainer.run.generation_batch_size,
+            what,
+        )?;
+        self.generate_secs += t0.elapsed().as_secs_f64();
+        Ok(out)
+    }
+}
+
+/// The task's reward, timed.
+struct TimedReward<'a, C> {
+    inner: &'a dyn lmrl_rewards::Reward<C>,
+    secs: std::sync::Mutex<f64>,
+}
+
+impl<C: Send + Sync> lmrl_rewards::Reward<C> for TimedReward<'_, C> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn score(
+        &self,
+        samples: &[Sample<'_, C>],
+    ) -> std::result::Result<Vec<f32>, lmrl_rewards::RewardError> {
+        let t0 = Instant::now();
+        let r = self.inner.score(samples);
+        if let Ok(mut s) = self.secs.lock() {
+            *s += t0.elapsed().as_secs_f64();
+        }
+        r
+    }
+}
+
+/// Samples responses to `prompts` in chunks of `chunk_size`; chunk `k` uses the seed
+/// `mix(base.seed, k)`, so the result depends only on the arguments (exact resume).
+pub fn generate_chunked(
+    learner: &dyn Learner<AutoLm>,
+    prompts: &[Vec<u32>],
+    base: &GenerationConfig,
+    chunk_size: usize,
+    what: &str,
+) -> lmrl_rl::Result<Vec<Vec<u32>>> {
+    let bar = progress_bar(prompts.len(), what.to_string());
+    let mut out = Vec::with_capacity(prompts.len());
+    for (k, chunk) in prompts.chunks(chunk_size.max(1)).enumerate() {
+        let cfg = GenerationConfig {
+            seed: mix(&[base.seed, k as u64]),
+            ..base.clone()
+        };
+        out.extend(learner.generate(chunk, &cfg)?.tokens);
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(out)
+}
+
+fn progress_bar(len: usize, what: String) -> ProgressBar {
+    let b = ProgressBar::new(len as u64);
+    b.set_style(
+        ProgressStyle::with_template("{msg:>22} [{bar:30}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b.set_message(what);
+    b
+}
+
+fn spinner(what: String) -> ProgressBar {
+    let b = ProgressBar::new_spinner();
+    b.set_message(what);
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    b
+}
+
+/// Mean of `xs` in f64.
+fn mean(xs: &[f32]) -> f64 {
+    xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// One metrics row of a learner's step. `task` is the batch of the copy's own task rewards;
+/// `pioneer` its (reward, KL) answering the plain prompt when measured apart from its training
+/// role (otherwise the training-role values are repeated). `combined_reward` is r − β·KL with
+/// TRL's `objective/kl` and `objective/kl_coef`.
+pub fn metric_row(
+    it: usize,
+    name: &str,
+    role: &str,
+    task: &[f32],
+    s: &StepStats,
+    pioneer: Option<(f64, f64)>,
+) -> MetricRow {
+    let task = mean(task);
+    let kl = f64::from(s.kl);
+    let (ptr, pkl) = pioneer.unwrap_or((task, kl));
+    MetricRow {
+        iteration: it,
+        agent: name.into(),
+        role: role.into(),
+        task_reward: task,
+        kl,
+        beta: s.kl_coef,
+        combined_reward: task - s.kl_coef * kl,
+        policy_loss: f64::from(s.policy_loss),
+        value_loss: f64::from(s.value_loss.unwrap_or(0.0)),
+        entropy: f64::from(s.entropy),
+        approxkl: f64::from(s.approxkl),
+        clipfrac: f64::from(s.clipfrac),
+        response_len: f64::from(s.response_len_mean),
+        pioneer_task_reward: ptr,
+        pioneer_kl: pkl,
+        seconds: 0.0,
+    }
+}
+
+/// The metrics rows of a CORY iteration, `[llm1, llm2]`: each copy's task reward is the batch
+/// mean of its own responses' rewards in its training role; an observer's plain-query (pioneer
+/// format) reward and KL fill the `pioneer_*` columns when the trainer measured them.
+pub fn cory_rows(it: usize, stats: &CoryIterationStats) -> Vec<MetricRow> {
+    let t = &stats.texts;
+    stats
+        .agents
+        .iter()
+        .map(|m| {
+            let (own, role) = match m.role {
+                Role::Pioneer => (&t.pioneer_rewards, "pioneer"),
+                Role::Observer => (&t.observer_rewards, "observer"),
+            };
+            let plain = m
+                .query_only_reward
+                .zip(m.query_only_kl)
+                .filter(|_| m.role == Role::Observer)
+                .map(|(r, k)| (f64::from(r), f64::from(k)));
+            metric_row(it, m.llm, role, own, &m.stats, plain)
+        })
+        .collect()
+}
