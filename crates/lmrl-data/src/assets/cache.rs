@@ -49,7 +49,9 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// A unique temporary name next to `path` (same directory, so `rename` is atomic).
+/// A unique temporary name next to `path` (same directory, so `rename` is atomic):
+/// `.<name>.tmp-<pid>-<n>`. The pid lets a later process tell a temporary of a process that was
+/// killed mid-write (and so never renamed or removed it) from one still being written.
 pub(super) fn tmp_path_for(path: &Path) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -58,6 +60,69 @@ pub(super) fn tmp_path_for(path: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
+}
+
+/// The pid in a name made by [`tmp_path_for`], or `None` for any other name.
+fn tmp_owner(file_name: &str) -> Option<u32> {
+    if !file_name.starts_with('.') {
+        return None;
+    }
+    let tail = &file_name[file_name.rfind(".tmp-")? + ".tmp-".len()..];
+    let (pid, n) = tail.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(n) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether process `pid` is running, or `None` where that cannot be told (no `/proc`, i.e. not
+/// Linux). A pid that was reused by an unrelated process counts as running, which only means a
+/// dead temporary is kept a little longer.
+fn pid_alive(pid: u32) -> Option<bool> {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return None;
+    }
+    Some(proc.join(pid.to_string()).exists())
+}
+
+/// Remove the temporaries in `dir` (and, if `recursive`, its subdirectories) whose process is no
+/// longer running: files and fetch directories of a process killed mid-fetch, which nothing else
+/// would ever delete. Temporaries of running processes, this one included, are left alone, and
+/// so is everything where liveness cannot be told. Best effort: a temporary that cannot be
+/// removed stays, and the next call tries again. Returns what was removed.
+fn remove_stale_temporaries(dir: &Path, recursive: bool) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        let owner = entry.file_name().to_str().and_then(tmp_owner);
+        match owner {
+            Some(pid) if pid_alive(pid) == Some(false) => {
+                // `file_type` does not follow links, so a link is removed, never its target.
+                let gone = if kind.is_dir() {
+                    fs::remove_dir_all(&path)
+                } else {
+                    fs::remove_file(&path)
+                };
+                if gone.is_ok() {
+                    removed.push(path);
+                }
+            }
+            Some(_) => {}
+            None if recursive && kind.is_dir() => {
+                removed.extend(remove_stale_temporaries(&path, true));
+            }
+            None => {}
+        }
+    }
+    removed
 }
 
 /// Writes into a temporary file while hashing, then renames it onto `dest` only if the hash
@@ -295,6 +360,7 @@ impl AssetCache {
         if let Some(p) = self.override_path(spec)? {
             return Ok(p);
         }
+        self.clean_up_after_dead_processes(spec);
         let missing = self.check_cached(spec)?;
         if missing.is_empty() {
             return self.cache_path(name);
@@ -315,6 +381,7 @@ impl AssetCache {
         if let Some(p) = self.override_path(spec)? {
             return Ok(Some(p));
         }
+        self.clean_up_after_dead_processes(spec);
         if self.check_cached(spec)?.is_empty() {
             Ok(Some(self.cache_path(name)?))
         } else {
@@ -386,6 +453,19 @@ impl AssetCache {
             }
         }
         Ok(missing)
+    }
+
+    /// Remove what killed processes left in `spec`'s directory and in the downloads folder
+    /// (see [`remove_stale_temporaries`]).
+    fn clean_up_after_dead_processes(&self, spec: &AssetSpec) {
+        let mut removed = remove_stale_temporaries(&self.dir.join(&spec.name), true);
+        removed.extend(remove_stale_temporaries(&self.downloads_dir(), false));
+        for p in removed {
+            self.say(&format!(
+                "removed {}, left by a process that is no longer running",
+                p.display()
+            ));
+        }
     }
 
     fn downloads_dir(&self) -> PathBuf {
@@ -536,6 +616,99 @@ mod tests {
             c.cache_path("smollm2-135m").unwrap(),
             PathBuf::from("/explicit/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
         );
+    }
+
+    #[test]
+    fn temporary_names_carry_their_pid() {
+        let t = tmp_path_for(Path::new("/c/a/SmolLM2.Q4_1.gguf"));
+        let name = t.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(".SmolLM2.Q4_1.gguf.tmp-"), "{name}");
+        assert_eq!(tmp_owner(name), Some(std::process::id()));
+        assert_eq!(t.parent(), Some(Path::new("/c/a")));
+        for other in [
+            "SmolLM2.Q4_1.gguf",
+            ".x.tmp-12",
+            ".x.tmp--3",
+            ".x.tmp-12-",
+            ".x.tmp-ab-3",
+            "x.tmp-12-3",
+            ".x.tmp-12-3.part",
+        ] {
+            assert_eq!(tmp_owner(other), None, "{other}");
+        }
+        assert_eq!(tmp_owner(".a.tmp-b.tmp-77-0"), Some(77));
+    }
+
+    /// Temporaries of a killed process (a pid Linux never hands out, and the pid of a child that
+    /// was killed and reaped) are removed when the cache is next used; those of this running
+    /// process, and files that are not temporaries, stay.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn stale_temporaries_of_dead_processes_are_removed() {
+        use crate::assets::catalogue::{Package, PackageFormat, Registry};
+
+        // Linux pids are below 2^22 (`pid_max` cannot be set higher).
+        let impossible = 4_194_304 + 17;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let killed = child.id();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let me = std::process::id();
+
+        let d = tempfile::tempdir().unwrap();
+        let asset = d.path().join("hello");
+        std::fs::create_dir_all(asset.join("sub")).unwrap();
+        std::fs::write(asset.join("hello.txt"), b"hi").unwrap();
+        let dead_files = [
+            asset.join(format!(".hello.txt.tmp-{impossible}-0")),
+            asset.join(format!("sub/.model.tmp-{killed}-4")),
+        ];
+        let live_file = asset.join(format!(".hello.txt.tmp-{me}-1"));
+        let not_tmp = [asset.join("notes.tmp-1-2"), asset.join(".x.tmp-ab-1")];
+        for p in dead_files.iter().chain([&live_file]).chain(&not_tmp) {
+            std::fs::write(p, b"partial").unwrap();
+        }
+        let downloads = d.path().join(".downloads");
+        let dead_dir = downloads.join(format!(".fetch.tmp-{impossible}-3"));
+        let live_dir = downloads.join(format!(".fetch.tmp-{me}-5"));
+        for dir in [&dead_dir, &live_dir] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("pkg-1.0-py3-none-any.whl"), b"partial").unwrap();
+        }
+
+        let spec = AssetSpec {
+            name: "hello".into(),
+            package: Package {
+                registry: Registry::PyPI,
+                name: "pkg".into(),
+                version: "1.0".into(),
+                format: PackageFormat::Wheel,
+                approx_mb: 0.0,
+            },
+            files: vec![AssetFile {
+                member: "pkg/hello.txt".into(),
+                dest: "hello.txt".into(),
+                sha256: sha256_bytes(b"hi"),
+            }],
+            kind: AssetKind::File,
+            description: String::new(),
+            licence: String::new(),
+        };
+        let mut cache =
+            AssetCache::with_specs(d.path(), vec![spec], Box::new(crate::assets::NoFetcher));
+        cache.set_quiet(true);
+        assert_eq!(cache.resolve("hello").unwrap(), asset.join("hello.txt"));
+
+        for p in dead_files.iter().chain([&dead_dir]) {
+            assert!(!p.exists(), "{} should be gone", p.display());
+        }
+        for p in [&live_file, &live_dir].into_iter().chain(&not_tmp) {
+            assert!(p.exists(), "{} should stay", p.display());
+        }
+        assert!(live_dir.join("pkg-1.0-py3-none-any.whl").is_file());
     }
 
     #[test]
