@@ -40,10 +40,15 @@ fn build_archive(path: &Path, format: PackageFormat, members: &[(String, Vec<u8>
             let mut t = tar::Builder::new(gz);
             for (name, data) in members {
                 let mut h = tar::Header::new_gnu();
+                // The name goes into the header bytes directly: `set_path` refuses `..` and
+                // absolute names, which the tests need to build hostile archives.
+                let raw = name.as_bytes();
+                h.as_old_mut().name[..raw.len()].copy_from_slice(raw);
                 h.set_size(data.len() as u64);
                 h.set_mode(0o644);
+                h.set_entry_type(tar::EntryType::Regular);
                 h.set_cksum();
-                t.append_data(&mut h, name, data.as_slice()).unwrap();
+                t.append(&h, data.as_slice()).unwrap();
             }
             t.into_inner().unwrap().finish().unwrap();
         }
@@ -551,4 +556,83 @@ fn real_registry_fetch_small_assets() {
     let tok = cache.resolve("gpt2-tokenizer").unwrap();
     assert!(tok.join("vocab.json").is_file() && tok.join("merges.txt").is_file());
     assert!(!d.path().join(".downloads").exists());
+}
+
+/// Archive entry names are only compared with the table's members, never used as output paths:
+/// entries aiming outside the cache next to the wanted one write nothing anywhere.
+#[test]
+fn archive_entries_cannot_write_outside_the_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let cache_dir = d.path().join("cache");
+    for format in [PackageFormat::Wheel, PackageFormat::Sdist] {
+        let members: Vec<(&str, &[u8])> = vec![
+            ("../../evil.txt", b"evil"),
+            ("pkg/../../../evil.txt", b"evil"),
+            ("/tmp/lmrl-evil-absolute.txt", b"evil"),
+            ("pkg/hello.txt", HELLO),
+        ];
+        let f = FakeFetcher::new(members);
+        let s = spec(
+            "hello",
+            pkg("evil", format),
+            &[("pkg/hello.txt", "hello.txt", HELLO)],
+            AssetKind::File,
+        );
+        let _ = std::fs::remove_dir_all(&cache_dir);
+        let cache = cache_with(&cache_dir, vec![s], &f);
+        let p = cache.resolve("hello").unwrap();
+        assert_eq!(std::fs::read(p).unwrap(), HELLO);
+        let mut found = Vec::new();
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    walk(&e.path(), out);
+                } else {
+                    out.push(e.path());
+                }
+            }
+        }
+        walk(d.path(), &mut found);
+        assert_eq!(found, vec![cache_dir.join("hello/hello.txt")], "{format:?}");
+        assert!(!Path::new("/tmp/lmrl-evil-absolute.txt").exists());
+    }
+}
+
+/// A table entry (e.g. one a caller adds through `with_specs`) whose name or destination would
+/// leave the cache is refused before anything is read, written or deleted.
+#[test]
+fn table_entries_leading_outside_the_cache_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cache_dir = d.path().join("cache");
+    let outside = d.path().join("victim.txt");
+    std::fs::write(&outside, b"not an asset").unwrap();
+    let f = FakeFetcher::new(vec![("pkg/hello.txt", HELLO)]);
+    let bad = [
+        ("../victim-dir", "hello.txt"),
+        ("hello", "../../victim.txt"),
+        ("hello", "/tmp/victim.txt"),
+        ("a/b", "hello.txt"),
+        ("hello", ""),
+    ];
+    for (name, dest) in bad {
+        let s = spec(
+            name,
+            pkg("fake", PackageFormat::Wheel),
+            &[("pkg/hello.txt", dest, HELLO)],
+            AssetKind::File,
+        );
+        let cache = cache_with(&cache_dir, vec![s], &f);
+        for err in [
+            cache.resolve(name).unwrap_err(),
+            cache.path_if_present(name).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, AssetError::UnsafePath { .. }),
+                "{name} {dest}: {err}"
+            );
+        }
+    }
+    assert_eq!(f.calls(), 0);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not an asset");
+    assert!(!cache_dir.exists());
 }

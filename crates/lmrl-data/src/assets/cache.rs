@@ -323,15 +323,19 @@ impl AssetCache {
         &self.specs
     }
 
-    /// The spec of a named asset.
+    /// The spec of a named asset. An entry whose paths would leave the cache is an error
+    /// ([`AssetError::UnsafePath`]); every operation on an asset goes through here.
     pub fn spec(&self, name: &str) -> Result<&AssetSpec, AssetError> {
-        self.specs
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| AssetError::UnknownAsset {
-                name: name.to_string(),
-                known: self.specs.iter().map(|s| s.name.clone()).collect(),
-            })
+        let spec =
+            self.specs
+                .iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| AssetError::UnknownAsset {
+                    name: name.to_string(),
+                    known: self.specs.iter().map(|s| s.name.clone()).collect(),
+                })?;
+        spec.check_paths()?;
+        Ok(spec)
     }
 
     /// Where the asset lives in the cache (whether or not it is there): the file for

@@ -102,6 +102,31 @@ pub struct AssetSpec {
 }
 
 impl AssetSpec {
+    /// Every path this entry adds to the cache directory (its name, each file's `dest`) is
+    /// relative and made of plain names, so nothing is read, written or deleted outside the
+    /// cache whatever the table says.
+    pub(crate) fn check_paths(&self) -> Result<(), AssetError> {
+        let plain = |p: &str| {
+            !p.is_empty()
+                && Path::new(p)
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+        };
+        let bad = |what: &'static str, path: &str| AssetError::UnsafePath {
+            asset: self.name.clone(),
+            what,
+            path: path.to_string(),
+        };
+        // One component only: `a/b` as a name would nest one asset inside another's directory.
+        if !plain(&self.name) || Path::new(&self.name).components().count() != 1 {
+            return Err(bad("name", &self.name));
+        }
+        match self.files.iter().find(|f| !plain(&f.dest)) {
+            Some(f) => Err(bad("file destination", &f.dest)),
+            None => Ok(()),
+        }
+    }
+
     /// Name of the env var that points at a local copy: `LMRL_ASSET_` + upper-snake name.
     pub fn env_var(&self) -> String {
         let upper: String = self

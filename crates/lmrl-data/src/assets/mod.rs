@@ -62,6 +62,16 @@ pub enum AssetError {
         reason: String,
         manual: String,
     },
+    /// An asset table entry whose name or destination would lead outside the cache (absolute,
+    /// or with `..`): such an entry is never used.
+    #[error(
+        "asset {asset}: {what} {path:?} is not a relative path made of plain names (it would leave the cache)"
+    )]
+    UnsafePath {
+        asset: String,
+        what: &'static str,
+        path: String,
+    },
 }
 
 impl AssetError {
