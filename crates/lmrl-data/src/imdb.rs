@@ -291,11 +291,10 @@ fn read_csv_rows<T>(
                         path: path.to_path_buf(),
                         line: rec.line,
                         message: format!(
-                            "the quoted field running from line {} to line {} makes a bad row ({}); taken as a stray double quote, so the lines after line {} are read as rows of their own",
+                            "the quoted field running from line {} to line {} makes a bad row ({}); its opening quote is taken to be a stray one",
                             rec.line,
                             rec.last_line,
                             e.reason(),
-                            rec.line
                         ),
                     })
                 }
