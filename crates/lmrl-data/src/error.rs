@@ -1,10 +1,11 @@
 //! Typed errors of the dataset readers. Every variant names the file and, where the problem sits
 //! in one row, the 1-based line and the field, so a user can open the file at the right place.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Errors from reading datasets (IMDB, Pang & Lee, ASDiv, GSM8K) and building prompts.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DataError {
     /// The file or directory could not be opened or read.
     #[error("{path}: {source}")]
@@ -75,6 +76,47 @@ impl DataError {
         }
     }
 
+    /// The file concerned (`None` for a bad parameter).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            DataError::Io { path, .. }
+            | DataError::Empty { path }
+            | DataError::MissingColumn { path, .. }
+            | DataError::Csv { path, .. }
+            | DataError::Json { path, .. }
+            | DataError::MissingField { path, .. }
+            | DataError::InvalidValue { path, .. }
+            | DataError::NotUtf8 { path, .. } => Some(path),
+            DataError::InvalidParameter { .. } => None,
+        }
+    }
+
+    /// The 1-based line of the row concerned, for errors about one row.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            DataError::Csv { line, .. }
+            | DataError::Json { line, .. }
+            | DataError::MissingField { line, .. }
+            | DataError::InvalidValue { line, .. }
+            | DataError::NotUtf8 { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+
+    /// The message without its leading `path:line: `, for quoting one error inside another.
+    pub(crate) fn reason(&self) -> String {
+        let full = self.to_string();
+        let prefix = match (self.path(), self.line()) {
+            (Some(p), Some(l)) => format!("{}:{l}: ", p.display()),
+            (Some(p), None) => format!("{}: ", p.display()),
+            _ => String::new(),
+        };
+        match full.strip_prefix(&prefix) {
+            Some(rest) => rest.to_string(),
+            None => full,
+        }
+    }
+
     /// Whether this error concerns one row only, so that `skip_bad_rows` may skip it. Errors
     /// about the whole file (I/O, empty, missing header column) are never skipped.
     pub fn is_row_error(&self) -> bool {
@@ -117,8 +159,10 @@ impl ReadOptions {
 #[derive(Debug)]
 pub struct ReadReport<T> {
     pub items: Vec<T>,
-    /// Rows that could not be parsed, skipped because `skip_bad_rows` was set (always empty
-    /// otherwise: the first such row is returned as the error).
+    /// Rows that could not be parsed, in file order, skipped because `skip_bad_rows` was set
+    /// (always empty otherwise: the first such row is returned as the error). Each names the
+    /// file, the 1-based line ([`DataError::line`]) and what was wrong; its `Display` is
+    /// `path:line: reason`.
     pub skipped: Vec<DataError>,
     /// Rows that parsed but were dropped by design, e.g. ASDiv problems whose answer holds no
     /// single number. Always 0 for the review readers.
@@ -137,6 +181,11 @@ impl<T> ReadReport<T> {
     /// Number of bad rows skipped.
     pub fn skipped_count(&self) -> usize {
         self.skipped.len()
+    }
+
+    /// The 1-based lines of the skipped rows, in file order.
+    pub fn skipped_lines(&self) -> Vec<u64> {
+        self.skipped.iter().filter_map(DataError::line).collect()
     }
 
     /// Either record a row error (when skipping) or return it.

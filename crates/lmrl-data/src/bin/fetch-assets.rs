@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use lmrl_data::assets::{Asset, AssetCache, NoFetcher};
+use lmrl_data::{Asset, AssetCache, NoFetcher};
 
 fn usage() -> &'static str {
     "usage: fetch-assets [--cache-dir DIR] [--archive-dir DIR]... [--list] [--offline] [NAME...]\n\
