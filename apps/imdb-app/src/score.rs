@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use lmrl_rewards::{TextCat, TextCatScore, TextScorer};
+use lmrl_rewards::{TextCat, TextScorer};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::ScoreArgs;

@@ -12,8 +12,8 @@ use lmrl_runs::{
 };
 use lmrl_train::{Outcome, Resolved, SUMMARY_FILE, resolve_with};
 
-use crate::config::ImdbConfig;
 use crate::cli::SweepArgs;
+use crate::config::ImdbConfig;
 use crate::task::ImdbTask;
 
 fn finished(dir: &Path, iterations: usize) -> bool {
@@ -130,10 +130,21 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
                 if finished(&dir, fresh.config.run.iterations) {
                     eprintln!("sweep: {} finished, skipped", dir.display());
                 } else {
-                    let resume = CheckpointDir::new(dir.join("checkpoints")).latest()?.is_some();
-                    eprintln!("sweep: {} {}", if resume { "resuming" } else { "training" }, dir.display());
+                    let resume = CheckpointDir::new(dir.join("checkpoints"))
+                        .latest()?
+                        .is_some();
+                    eprintln!(
+                        "sweep: {} {}",
+                        if resume { "resuming" } else { "training" },
+                        dir.display()
+                    );
                     let resolved = Resolved { resume, ..fresh };
-                    match lmrl_train::train_resolved("imdb-app sweep", &resolved, &run_args, ImdbTask::build)? {
+                    match lmrl_train::train_resolved(
+                        "imdb-app sweep",
+                        &resolved,
+                        &run_args,
+                        ImdbTask::build,
+                    )? {
                         Outcome::Finished => {}
                         Outcome::Stopped => {
                             eprintln!("sweep interrupted; rerun the same command to continue");

@@ -6,9 +6,13 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use lmrl_data::{AssetCache, PromptConfig, ReadOptions, Review, build_prompts, imdb_observer_prompt};
+use lmrl_data::{
+    AssetCache, PromptConfig, ReadOptions, Review, build_prompts, imdb_observer_prompt,
+};
 use lmrl_models::{GenerationConfig, LmTokenizer, ModelError, Sampling};
-use lmrl_rewards::{DistilBertReward, Reward, SentimentContext, TextCat, TextCatScore, TextScorer, Vader};
+use lmrl_rewards::{
+    DistilBertReward, Reward, SentimentContext, TextCat, TextCatScore, TextScorer, Vader,
+};
 use lmrl_rl::Prompt;
 use lmrl_train::{Task, TaskEnv, TaskError, iter_rng, stream};
 use rand::Rng;
@@ -166,11 +170,19 @@ impl Task for ImdbTask {
 
     /// The response as the reference scores it (`batch_decode` keeps the EOS text), or without
     /// the EOS text with `strip_eos`.
-    fn decode(&self, tokenizer: &LmTokenizer, ids: &[u32]) -> std::result::Result<String, ModelError> {
+    fn decode(
+        &self,
+        tokenizer: &LmTokenizer,
+        ids: &[u32],
+    ) -> std::result::Result<String, ModelError> {
         if !self.settings.strip_eos {
             return tokenizer.decode(ids);
         }
-        let kept: Vec<u32> = ids.iter().copied().filter(|&i| Some(i) != self.eos).collect();
+        let kept: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&i| Some(i) != self.eos)
+            .collect();
         tokenizer.decode(&kept)
     }
 }

@@ -10,9 +10,10 @@ use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::Args;
-use lmrl_models::generation::{generate, left_pad};
-use lmrl_models::sampling::{GenerationConfig, Sampling, TokenChooser, process_logits};
-use lmrl_models::{CausalLm, KvCache, ModelConfig, load_causal_lm};
+use lmrl_models::{
+    AutoLm, CausalLm, GenerationConfig, KvCache, ModelConfig, Sampling, TokenChooser, generate,
+    left_pad, process_logits,
+};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -97,7 +98,7 @@ fn int_tensor(rows: &[Vec<u32>], device: &Device) -> Tensor<2, Int> {
 }
 
 /// Next-token cross-entropy of `ids` under `model` (mean over the `B·(S-1)` predictions).
-fn lm_loss(model: &CausalLm, ids: &[Vec<u32>], device: &Device) -> Tensor<1> {
+fn lm_loss(model: &AutoLm, ids: &[Vec<u32>], device: &Device) -> Tensor<1> {
     let (b, s) = (ids.len(), ids[0].len());
     let input = int_tensor(ids, device);
     let mask = Tensor::<2, Int>::ones([b, s], device);
@@ -110,8 +111,8 @@ fn lm_loss(model: &CausalLm, ids: &[Vec<u32>], device: &Device) -> Tensor<1> {
 
 fn bench_model(
     name: &str,
-    infer: &CausalLm,
-    train: &CausalLm,
+    infer: &AutoLm,
+    train: &AutoLm,
     args: &BenchArgs,
     device: &Device,
 ) -> Result<serde_json::Value> {
@@ -161,7 +162,7 @@ fn bench_model(
     let gen_med = median(gen_secs.clone());
     Ok(serde_json::json!({
         "model": name,
-        "backend": crate::backend_name(),
+        "backend": lmrl_train::backend_name(),
         "params": infer.num_params(),
         "batch": args.batch,
         "generation": {
@@ -180,7 +181,7 @@ fn bench_model(
 /// Where generation time goes: the prefill pass, one cached decode step, and the token choice
 /// (processors + draw) on `[B, V]` logits, each the median of `reps` timings in seconds.
 fn profile_generation(
-    model: &CausalLm,
+    model: &AutoLm,
     prompts: &[Vec<u32>],
     cfg: &GenerationConfig,
     reps: usize,
@@ -195,12 +196,12 @@ fn profile_generation(
             .map_err(|e| anyhow::anyhow!("device sync: {e:?}"))
     };
     let prefill = time_reps(reps, || {
-        let mut cache = KvCache::new(model.num_layers());
+        let mut cache = KvCache::default();
         let out = model.forward(input.clone(), pos.clone(), mask.clone(), Some(&mut cache));
         let _ = out.logits.narrow(1, l - 1, 1).into_data();
         sync()
     })?;
-    let mut cache = KvCache::new(model.num_layers());
+    let mut cache = KvCache::default();
     let out = model.forward(input.clone(), pos.clone(), mask.clone(), Some(&mut cache));
     let last: Tensor<2> = out.logits.narrow(1, l - 1, 1).reshape([b, vocab]);
     let step_ids = Tensor::<2, Int>::zeros([b, 1], device);
@@ -259,13 +260,13 @@ pub fn run(args: &BenchArgs, device: &Device) -> Result<()> {
     if !args.skip_gpt2 {
         let cfg = gpt2_small()?;
         // parameters tracked on the autodiff device; `valid()` is the same weights, untracked
-        let train = CausalLm::init(&cfg, &ad);
+        let train = AutoLm::init(&cfg, &ad);
         let infer = train.valid();
         let r = bench_model("gpt2-small-random", &infer, &train, args, device)?;
         println!("{r}");
     }
     if let Some(path) = &args.model {
-        let train = load_causal_lm(path, &ad)
+        let train = AutoLm::from_pretrained(path, &ad)
             .with_context(|| format!("loading model {}", path.display()))?;
         let infer = train.valid();
         let name = path.file_name().map_or_else(

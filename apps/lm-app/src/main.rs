@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::{Args, Parser, Subcommand};
-use lmrl_models::generation::generate;
-use lmrl_models::sampling::{GenerationConfig, Sampling};
-use lmrl_models::{LmTokenizer, load_causal_lm};
+use lmrl_models::{
+    AutoLm, CausalLm, GenerationConfig, LmTokenizer, Pretrained, Sampling, generate,
+};
 
 /// Run GPT-2 / Llama causal language models (HF directories or GGUF files) on burn.
 #[derive(Parser, Debug)]
@@ -21,6 +21,9 @@ use lmrl_models::{LmTokenizer, load_causal_lm};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Compute device: `cpu`, `cuda:N` or `wgpu:N` (default: the backend's first device).
+    #[arg(long, global = true)]
+    device: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -118,43 +121,9 @@ struct GenerateArgs {
     pad_token_id: Option<u32>,
 }
 
-/// The one place that maps the compiled-in backend to a device. With several backend features
-/// enabled (e.g. `--features tch` on top of the default `flex`) the accelerated one wins.
-#[cfg(feature = "tch")]
-#[allow(deprecated)] // burn-tch is deprecated upstream but still the fastest CPU backend here
-pub fn select_device() -> Device {
-    Device::libtorch()
-}
-
-/// See the `tch` variant.
-#[cfg(all(feature = "wgpu", not(feature = "tch")))]
-pub fn select_device() -> Device {
-    Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)
-}
-
-/// See the `tch` variant.
-#[cfg(all(feature = "flex", not(any(feature = "tch", feature = "wgpu"))))]
-pub fn select_device() -> Device {
-    Device::flex()
-}
-
-#[cfg(not(any(feature = "flex", feature = "tch", feature = "wgpu")))]
-compile_error!("lm-app needs one backend feature: flex (default), tch or wgpu");
-
-/// Name of the compiled-in backend, for reports.
-pub fn backend_name() -> &'static str {
-    if cfg!(feature = "tch") {
-        "tch"
-    } else if cfg!(feature = "wgpu") {
-        "wgpu"
-    } else {
-        "flex"
-    }
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let device = select_device();
+    let device = lmrl_train::select_device(cli.device.as_deref())?;
     match cli.command {
         Command::Logits { model, input, out } => logits(&model, &input, &out, &device),
         Command::Generate(args) => generate_cmd(&args, &device),
@@ -164,12 +133,12 @@ fn main() -> Result<()> {
 }
 
 fn convert(model: &Path, out: &Path, device: &Device) -> Result<()> {
-    let lm = load_causal_lm(model, device)
+    let lm = AutoLm::from_pretrained(model, device)
         .with_context(|| format!("loading model {}", model.display()))?;
     let tok = LmTokenizer::load_for_model(model)
         .with_context(|| format!("loading the tokenizer of {}", model.display()))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    lmrl_models::save_pretrained(&lm, out)
+    lm.save_pretrained(out)
         .with_context(|| format!("writing the model to {}", out.display()))?;
     tok.save(out)
         .with_context(|| format!("writing the tokenizer to {}", out.display()))?;
@@ -219,7 +188,7 @@ fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()>
         let rows: Vec<&[f32]> = flat.chunks(l.max(1)).take(b).collect();
         return io::write_json(out, &serde_json::json!({ "logits": rows }));
     }
-    let lm = load_causal_lm(model, device)
+    let lm = AutoLm::from_pretrained(model, device)
         .with_context(|| format!("loading model {}", model.display()))?;
     let config = lm.config();
     io::check_ids(
@@ -269,7 +238,7 @@ fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationC
 }
 
 fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
-    let lm = load_causal_lm(&args.model, device)
+    let lm = AutoLm::from_pretrained(&args.model, device)
         .with_context(|| format!("loading model {}", args.model.display()))?;
     let config = lm.config();
     if let Some(input) = &args.input {

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 ///
 /// Variants name the file and the field (or tensor) involved and what was expected, so that a
 /// user can fix a broken or mismatched asset without reading the code.
+/// `#[non_exhaustive]`: new rewards may need new variants, and the `Model` variant exists only
+/// with the `distilbert` feature.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RewardError {
     #[error("cannot read {path}: {source}")]
     Io {
@@ -25,12 +28,19 @@ pub enum RewardError {
         path: PathBuf,
         hint: String,
     },
+    #[cfg(feature = "distilbert")]
     #[error("model error: {0}")]
     Model(#[from] lmrl_models::ModelError),
     #[error("tokenizer {path}: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
     #[error("invalid input: {0}")]
     Input(String),
+    #[error("reward `{reward}` returned {found} scores for {expected} samples")]
+    ScoreCount {
+        reward: String,
+        expected: usize,
+        found: usize,
+    },
 }
 
 impl RewardError {

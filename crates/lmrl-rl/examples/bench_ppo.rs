@@ -1,10 +1,11 @@
 //! Seconds per PPO step (`PpoAgent::step`, TRL `PPOTrainer.step` semantics) and per CORY
-//! iteration on the shapes of `shared/bench/peer`'s `ppo_trl`: batch 8, query 16 + response 32
-//! tokens, full-vocabulary KL, 4 PPO epochs, minibatch 8, lr 1.41e-5.
+//! iteration on the shapes of the PyTorch + TRL comparison in `docs/benchmarks.md` (TRL's
+//! `PPOTrainer.step`): batch 8, query 16 + response 32 tokens, full-vocabulary KL, 4 PPO
+//! epochs, minibatch 8, lr 1.41e-5.
 //!
 //! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH] [--reps N]`
 //! Without `--model` the policy is GPT-2 small with random weights (speed does not depend on
-//! weight values); with it, any checkpoint `load_causal_lm` reads (e.g. SmolLM2-135M GGUF).
+//! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
 //! Prints one JSON line: step seconds (median), generation seconds, a CORY iteration estimate
 //! (two agents: two generations + two steps, the observer on a 3× longer prompt), peak RSS.
 use std::path::PathBuf;
@@ -12,9 +13,9 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use lmrl_models::{
-    CausalLm, GenerationConfig, LmWithValueHead, ModelConfig, Sampling, load_causal_lm,
+    AutoLm, GenerationConfig, LmWithValueHead, ModelConfig, Sampling, ValueHeadInit,
 };
-use lmrl_rl::ppo::{PpoAgent, PpoConfig};
+use lmrl_rl::{PpoAgent, PpoConfig};
 
 const BATCH: usize = 8;
 const QUERY: usize = 16;

@@ -10,14 +10,14 @@
 use std::error::Error;
 use std::path::Path;
 
-use lmrl_models::{AutoLm, CausalLm, GenerationConfig, LmWithValueHead, ValueHeadInit};
+use lmrl_models::{AutoLm, CausalLm, GenerationConfig};
 use lmrl_rewards::{Reward, Sample};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
 use crate::learner::{Learner, StepStats};
-use crate::ppo::{PpoAgent, PpoConfig};
 use crate::ppo::state::{read_toml, state_err, write_toml};
+use crate::{PpoAgent, PpoConfig};
 
 /// Error type of the application's plug-ins.
 pub type EnvError = Box<dyn Error + Send + Sync>;
@@ -637,14 +637,4 @@ impl CoryTrainer<AutoLm, PpoAgent<AutoLm>> {
         t.load_roles(dir)?;
         Ok(t)
     }
-}
-
-/// A fresh PPO learner on a copy of `lm` with a new value head (a CORY LLM before training).
-pub fn ppo_learner<M: CausalLm>(
-    lm: M,
-    head: ValueHeadInit,
-    config: PpoConfig,
-    device: &burn::tensor::Device,
-) -> Result<PpoAgent<M>> {
-    PpoAgent::new(LmWithValueHead::new(lm, head, device), config, device)
 }

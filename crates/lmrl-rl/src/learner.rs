@@ -8,7 +8,7 @@ use lmrl_models::{CausalLm, Generation, GenerationConfig, ValueHead};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::ppo::{PpoAgent, PpoStats};
+use crate::{PpoAgent, PpoStats};
 
 /// What every learner reports after a step, for logs and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

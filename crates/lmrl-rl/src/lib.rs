@@ -22,8 +22,8 @@ pub use cory::{
 };
 pub use error::{Result, RlError};
 pub use learner::{Learner, StepStats};
-pub use util::mix_seed;
 pub use ppo::agent::{PpoAgent, Rollout};
 pub use ppo::config::PpoConfig;
 pub use ppo::state::{AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, OPTIMIZER_FILE};
 pub use ppo::stats::PpoStats;
+pub use util::mix_seed;

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
+use lmrl_models::{AutoLm, LmWithValueHead, ValueHeadInit};
 use lmrl_models::{GenerationConfig, Sampling};
-use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ValueHeadInit};
 use lmrl_rl::{CoryConfig, CoryTrainer, RewardMode, Role};
 
 mod common;
@@ -47,8 +47,18 @@ fn setup() -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
     let ad = plain.clone().autodiff();
     let lm1 = AutoLm::from_pretrained(&fixture_dir(), &ad).expect("gpt2-tiny");
     let lm2 = AutoLm::from_pretrained(&fixture_dir(), &ad).expect("gpt2-tiny");
-    let a1 = PpoAgent::new(LmWithValueHead::new(lm1, ValueHeadInit::Default, &ad), cfg(), &ad).unwrap();
-    let a2 = PpoAgent::new(LmWithValueHead::new(lm2, ValueHeadInit::Default, &ad), cfg(), &ad).unwrap();
+    let a1 = PpoAgent::new(
+        LmWithValueHead::new(lm1, ValueHeadInit::Default, &ad),
+        cfg(),
+        &ad,
+    )
+    .unwrap();
+    let a2 = PpoAgent::new(
+        LmWithValueHead::new(lm2, ValueHeadInit::Default, &ad),
+        cfg(),
+        &ad,
+    )
+    .unwrap();
     let reference = AutoLm::from_pretrained(&fixture_dir(), &plain).expect("reference");
     (a1, a2, reference)
 }
@@ -157,9 +167,12 @@ fn iterations_train_both_agents_and_exchange_roles() {
     let mut t = CoryTrainer::new(a1, a2, reference, config).unwrap();
     let reward = LowIds::default();
     let q = prompts(&queries());
-    let s0 = t.iteration(&q, &generation(1), &mut MockEnv, &reward).unwrap();
+    let s0 = t
+        .iteration(&q, &generation(1), &mut MockEnv, &reward)
+        .unwrap();
     assert_eq!(
-        reward.calls(), 3,
+        reward.calls(),
+        3,
         "pioneer, observer, observer in query-only format"
     );
     assert!(s0.swapped_after);
@@ -171,13 +184,18 @@ fn iterations_train_both_agents_and_exchange_roles() {
     // R = r1 + r2 goes to both (raw, before normalisation).
     assert!((l1.trained_score - (l1.task_reward + l2.task_reward)).abs() < 1e-5);
     assert_eq!(l1.trained_score, l2.trained_score);
-    assert_eq!(l1.stats.trl["env/raw_score_mean"], l2.stats.trl["env/raw_score_mean"]);
+    assert_eq!(
+        l1.stats.trl["env/raw_score_mean"],
+        l2.stats.trl["env/raw_score_mean"]
+    );
     // Normalised with each agent's own running statistics (cory.py: norm + scaling).
     assert!(l1.stats.trl["ppo/mean_scores"].abs() < 1e-5);
     assert!(l2.query_only_kl.is_some() && l2.query_only_reward.is_some());
     assert!((l1.combined_reward - (l1.task_reward - 0.4 * l1.kl)).abs() < 1e-5);
     assert_eq!(t.role_of(0), Role::Observer);
-    let s1 = t.iteration(&q, &generation(2), &mut MockEnv, &reward).unwrap();
+    let s1 = t
+        .iteration(&q, &generation(2), &mut MockEnv, &reward)
+        .unwrap();
     let [l1, l2] = &s1.agents;
     assert_eq!(
         (l1.llm, l1.role, l2.llm, l2.role),

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
+use lmrl_models::{AutoLm, LmWithValueHead, ValueHeadInit};
 use lmrl_models::{QueryResponseBatch, response_logprobs, response_values};
-use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ValueHeadInit};
 use lmrl_rl::RlError;
 use lmrl_rl::ppo::{clip_grad_norm, global_grad_norm};
 use lmrl_rl::{PpoAgent, PpoConfig};
@@ -161,8 +161,9 @@ fn global_grad_norm_clipping_scales_all_gradients_together() {
     let (policy, _, ad) = models();
     let (q, y, _) = batch();
     let b = QueryResponseBatch::new(&q, &y, 0, &ad).unwrap();
-    let (logits, values) = policy.forward(b.input_ids.clone(), b.attention_mask.clone());
-    let (lp, _) = response_logprobs(logits, &b);
+    let (hidden, values) =
+        policy.hidden_and_values(b.input_ids.clone(), b.attention_mask.clone());
+    let (lp, _) = response_logprobs(&policy.lm, hidden, &b);
     let loss = lp.sum() + response_values(values, &b).sum();
     let mut grads = GradientsParams::from_grads(loss.backward(), &policy);
     let n0 = global_grad_norm(&policy, &grads).unwrap().unwrap();

@@ -1,14 +1,14 @@
 //! Hand-computed values, invariants and error paths of the PPO arithmetic.
 
 use burn::tensor::{Device, Tensor, TensorData, activation::log_softmax};
-use lmrl_rl::RlError;
-use lmrl_rl::ppo::{kl_abs, kl_full, kl_k1, kl_mse};
-use lmrl_rl::ppo::{masked_mean, masked_var, masked_whiten, whiten};
 use lmrl_rl::ppo::{
     AdaptiveKlController, FixedKlController, KlController, KlPenalty, LossInputs, LossParams,
-    PpoConfig, ResponseMask, RunningMoments, TokenLogProbs, compute_advantages, compute_rewards,
-    kl_penalty, normalise_scores, ppo_loss,
+    ResponseMask, RunningMoments, TokenLogProbs, compute_advantages, compute_rewards, kl_penalty,
+    normalise_scores, ppo_loss,
 };
+use lmrl_rl::ppo::{kl_abs, kl_full, kl_k1, kl_mse};
+use lmrl_rl::ppo::{masked_mean, masked_var, masked_whiten, whiten};
+use lmrl_rl::{PpoConfig, RlError};
 
 fn dev() -> Device {
     Device::flex()

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
+use lmrl_models::{AutoLm, LmWithValueHead, ValueHeadInit};
 use lmrl_models::{GenerationConfig, Sampling};
-use lmrl_models::{AutoLm, CausalLm, LmWithValueHead, ValueHeadInit};
 use lmrl_rl::RlError;
 use lmrl_rl::{CoryConfig, CoryTrainer, Role};
 
@@ -65,7 +65,12 @@ type Trainer = CoryTrainer<AutoLm, PpoAgent<AutoLm>>;
 
 fn agent(ad: &Device) -> PpoAgent<AutoLm> {
     let lm = AutoLm::from_pretrained(&fixture_dir(), ad).expect("gpt2-tiny");
-    PpoAgent::new(LmWithValueHead::new(lm, ValueHeadInit::Default, ad), cfg(), ad).unwrap()
+    PpoAgent::new(
+        LmWithValueHead::new(lm, ValueHeadInit::Default, ad),
+        cfg(),
+        ad,
+    )
+    .unwrap()
 }
 
 fn reference(plain: &Device) -> AutoLm {
@@ -93,7 +98,11 @@ fn batch(k: usize) -> (Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<f32>) {
     (q, y, s)
 }
 
-fn steps(a: &mut PpoAgent<AutoLm>, reference: &AutoLm, range: std::ops::Range<usize>) -> Vec<PpoStats> {
+fn steps(
+    a: &mut PpoAgent<AutoLm>,
+    reference: &AutoLm,
+    range: std::ops::Range<usize>,
+) -> Vec<PpoStats> {
     range
         .map(|k| {
             let (q, y, s) = batch(k);
@@ -160,7 +169,8 @@ fn state_is_loaded_into_an_agent_built_from_the_saved_weights() {
     for f in ["optimizer.bpk", "trainer_state.toml"] {
         assert!(tmp.path().join(f).is_file(), "{f}");
     }
-    let model = LmWithValueHead::from_pretrained(tmp.path(), true, ValueHeadInit::Default, &ad).unwrap();
+    let model =
+        LmWithValueHead::from_pretrained(tmp.path(), true, ValueHeadInit::Default, &ad).unwrap();
     let mut b = PpoAgent::new(model, cfg(), &ad).unwrap();
     b.load_state(tmp.path()).unwrap();
     assert_eq!(b.training_state().unwrap(), a.training_state().unwrap());
@@ -244,7 +254,12 @@ fn run_iterations(t: &mut Trainer, range: std::ops::Range<usize>) -> Vec<String>
     range
         .map(|it| {
             let s = t
-                .iteration(&prompts(&queries()), &generation(it), &mut MockEnv, &LowIds::default())
+                .iteration(
+                    &prompts(&queries()),
+                    &generation(it),
+                    &mut MockEnv,
+                    &LowIds::default(),
+                )
                 .unwrap();
             // Every metric, both agents' PPO statistics and the texts, as one string.
             serde_json::to_string(&s).unwrap()
@@ -326,7 +341,9 @@ fn cory_state_loads_into_a_trainer_built_from_saved_weights() {
     }
     part.save_state(dir).unwrap();
     let load = |name: &str| {
-        let m = LmWithValueHead::from_pretrained(&dir.join(name), true, ValueHeadInit::Default, &ad).unwrap();
+        let m =
+            LmWithValueHead::from_pretrained(&dir.join(name), true, ValueHeadInit::Default, &ad)
+                .unwrap();
         PpoAgent::new(m, cfg(), &ad).unwrap()
     };
     let mut resumed =

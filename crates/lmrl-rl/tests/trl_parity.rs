@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 
 use burn::tensor::{Device, Int, Tensor, TensorData, activation::log_softmax};
+use lmrl_rl::PpoConfig;
 use lmrl_rl::ppo::{
-    AdaptiveKlController, LossInputs, PpoConfig, ResponseMask, RunningMoments, TokenLogProbs,
-    compute_advantages, compute_rewards, gather_logprobs, kl_penalty, normalise_scores,
-    ppo_loss,
+    AdaptiveKlController, LossInputs, ResponseMask, RunningMoments, TokenLogProbs,
+    compute_advantages, compute_rewards, gather_logprobs, kl_penalty, normalise_scores, ppo_loss,
 };
 use serde_json::Value;
 

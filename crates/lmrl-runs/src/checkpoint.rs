@@ -120,7 +120,9 @@ fn dest_name(iterations: usize) -> String {
 fn checkpoint_error(dest: &Path, e: FillError) -> RunError {
     let disk_full = error_chain_has(&*e, |k| k == std::io::ErrorKind::StorageFull);
     let reason = if disk_full {
-        format!("the disk is full ({e}); earlier checkpoints, if any, are intact — free space and resume")
+        format!(
+            "the disk is full ({e}); earlier checkpoints, if any, are intact — free space and resume"
+        )
     } else {
         e.to_string()
     };

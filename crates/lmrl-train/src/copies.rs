@@ -99,7 +99,12 @@ pub fn lora_targets(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig 
 impl Copies {
     /// Fresh copies of `base` (CORY's llm1 is made first, then llm2), scored against
     /// `reference`.
-    pub fn fresh(spec: &CopySpec, base: &AutoLm, reference: &AutoLm, device: &Device) -> Result<Self> {
+    pub fn fresh(
+        spec: &CopySpec,
+        base: &AutoLm,
+        reference: &AutoLm,
+        device: &Device,
+    ) -> Result<Self> {
         Ok(match spec.algo {
             Algo::Ppo => Copies::Single(spec.fresh_learner(base, device)?),
             Algo::Cory => {
@@ -119,7 +124,9 @@ impl Copies {
     pub fn named(&self) -> Vec<(&'static str, &DynLearner)> {
         match self {
             Copies::Single(l) => vec![(POLICY, l)],
-            Copies::Cory(t) => (0..2).map(|i| (CoryTrainer::<AutoLm, DynLearner>::llm_name(i), t.llm(i))).collect(),
+            Copies::Cory(t) => (0..2)
+                .map(|i| (CoryTrainer::<AutoLm, DynLearner>::llm_name(i), t.llm(i)))
+                .collect(),
         }
     }
 
@@ -128,7 +135,11 @@ impl Copies {
         match self {
             Copies::Single(_) => vec![POLICY.into()],
             Copies::Cory(t) => {
-                let p = if t.role_of(0) == lmrl_rl::Role::Pioneer { 0 } else { 1 };
+                let p = if t.role_of(0) == lmrl_rl::Role::Pioneer {
+                    0
+                } else {
+                    1
+                };
                 [p, 1 - p]
                     .map(|i| CoryTrainer::<AutoLm, DynLearner>::llm_name(i).to_string())
                     .to_vec()
@@ -185,10 +196,10 @@ impl Copies {
     ) -> Result<Self> {
         let learner = |name: &str| -> Result<DynLearner> {
             let d = dir.join(name);
-            let model = load_weights(spec, base, &d, device).map_err(|e| TrainError::Restore {
+            let model = load_weights(spec, base, &d, device).map_err(|source| TrainError::Restore {
                 what: "the weights",
                 path: d.clone(),
-                source: Box::new(e),
+                source,
             })?;
             spec.learner(model, device)
         };
@@ -212,7 +223,8 @@ impl Copies {
                 let names = [0, 1].map(CoryTrainer::<AutoLm, DynLearner>::llm_name);
                 let (llm1, llm2) = (learner(names[0])?, learner(names[1])?);
                 let mut t = CoryTrainer::new(llm1, llm2, reference.clone(), spec.cory.clone())?;
-                t.load_state(dir).map_err(restore_err("the CORY state", dir))?;
+                t.load_state(dir)
+                    .map_err(restore_err("the CORY state", dir))?;
                 Copies::Cory(Box::new(t))
             }
         })
@@ -263,6 +275,10 @@ fn load_weights(
         }
     };
     let head_path = d.join(VALUE_HEAD_FILE);
-    let v_head = ValueHead::load(&head_path, lmrl_models::CausalLm::hidden_size(&policy), device)?;
+    let v_head = ValueHead::load(
+        &head_path,
+        lmrl_models::CausalLm::hidden_size(&policy),
+        device,
+    )?;
     Ok(LmWithValueHead { lm: policy, v_head })
 }

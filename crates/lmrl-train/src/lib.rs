@@ -24,7 +24,9 @@ pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path
 pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, POLICY, lora_targets};
 pub use device::{backend_name, select_device};
 pub use error::{Result, TaskError, TrainError};
-pub use session::{LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested};
+pub use session::{
+    LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
+};
 pub use settings::{
     Algo, CONFIG_FILE, Config, RESUMABLE, Resolved, RunArgs, RunSettings, Section, read_config,
     resolve, resolve_with, section, to_toml, with_defaults,

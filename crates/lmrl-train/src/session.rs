@@ -71,7 +71,8 @@ impl RunDir {
     where
         A: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
     {
-        std::fs::create_dir_all(out).map_err(|e| run_err(out, format!("cannot be created: {e}")))?;
+        std::fs::create_dir_all(out)
+            .map_err(|e| run_err(out, format!("cannot be created: {e}")))?;
         let lock = take_lock(out)?;
         let checkpoints = CheckpointDir::new(out.join("checkpoints"));
         remove_stale_temporaries(checkpoints.root());
@@ -216,7 +217,9 @@ where
             }
         }
     }
-    Err(first_error.expect("called with at least one checkpoint").into())
+    Err(first_error
+        .expect("called with at least one checkpoint")
+        .into())
 }
 
 /// Whether iteration `done` (counted from 1) of `total` ends with a checkpoint: every `every`

@@ -24,9 +24,7 @@ use crate::error::{Result, TrainError, setting};
 pub const CONFIG_FILE: &str = "config.toml";
 
 /// What a run trains.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Algo {
     /// PPO as TRL runs it: one policy with a value head.
@@ -262,7 +260,8 @@ pub fn resolve_with<C: Config>(
     forced: &Table,
 ) -> Result<Resolved<C>> {
     let given = given::<C>(matches);
-    let cli = section_tables(&C::from_arg_matches(matches).map_err(|e| setting("flags", e.to_string()))?);
+    let cli =
+        section_tables(&C::from_arg_matches(matches).map_err(|e| setting("flags", e.to_string()))?);
     let overlay = |mut base: Table, allowed: &dyn Fn(&str) -> bool| -> Table {
         for (sec, id) in &given {
             if !allowed(id) {
@@ -314,10 +313,9 @@ pub fn resolve_with<C: Config>(
         .unwrap_or_else(|| PathBuf::from("the command line"));
     let config = finish::<C>(merged, &origin)?;
     let run = config.run();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}-{}", C::APP, run.algo.name(), run.seed)));
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from(format!("runs/{}-{}-{}", C::APP, run.algo.name(), run.seed))
+    });
     Ok(Resolved {
         config,
         out,
@@ -363,11 +361,10 @@ fn read_table(path: &Path) -> Result<Table> {
         path: path.to_path_buf(),
         source,
     })?;
-    text.parse::<Table>()
-        .map_err(|e| TrainError::ConfigSyntax {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })
+    text.parse::<Table>().map_err(|e| TrainError::ConfigSyntax {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 fn finish<C: Config>(merged: Table, origin: &Path) -> Result<C> {

@@ -88,5 +88,4 @@ mod tests {
         assert_ne!(mix(&[0, 1, 2]), mix(&[1, 1, 2]));
         assert_eq!(mix(&[3, 4]), mix(&[3, 4]));
     }
-
 }

