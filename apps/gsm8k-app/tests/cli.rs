@@ -281,6 +281,7 @@ fn train_cmd(t: &Tiny, algo: &str, out: &Path, extra: &[(&str, &str)]) -> Comman
         ("--iterations", "2"),
         ("--batch-size", "2"),
         ("--mini-batch-size", "1"),
+        ("--gradient-accumulation-steps", "2"),
         ("--ppo-epochs", "1"),
         ("--max-new-tokens", "4"),
         ("--eval-limit", "2"),
@@ -364,7 +365,7 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
 
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
     assert!(
-        cfg.contains("algo = \"ppo\"") && cfg.contains("lr = 0.00001"),
+        cfg.contains("algo = \"ppo\"") && cfg.contains("learning_rate = 0.00001"),
         "{cfg}"
     );
     let m = csv_lines(&out.join("metrics.csv"));
@@ -498,11 +499,13 @@ fn cory_trains_two_iterations_with_a_role_exchange() {
     assert_eq!(s.len(), 8);
     let obs: Vec<&Value> = s.iter().filter(|x| x["role"] == "observer").collect();
     assert_eq!(obs.len(), 4);
-    assert!(obs.iter().all(|x| x["reference"].is_string()));
+    // The observer's prompt holds the pioneer's answer as its reference; the pioneer's not.
+    let prompt = |x: &Value| x["prompt"].as_str().unwrap().to_string();
+    assert!(obs.iter().all(|x| prompt(x).contains("\nReference: ")));
     assert!(
         s.iter()
             .filter(|x| x["role"] == "pioneer")
-            .all(|x| x.get("reference").is_none())
+            .all(|x| !prompt(x).contains("\nReference: "))
     );
     let e = csv_lines(&out.join("eval.csv"));
     assert_eq!(e.len(), 4);
@@ -511,7 +514,7 @@ fn cory_trains_two_iterations_with_a_role_exchange() {
     assert_checkpoint(&out, 2, &["llm1", "llm2"]);
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
     assert!(
-        cfg.contains("lr = 0.0001"),
+        cfg.contains("learning_rate = 0.0001"),
         "CORY's paper learning rate: {cfg}"
     );
 }
@@ -696,7 +699,7 @@ fn bad_flags_and_settings_fail_with_a_message() {
     // --resume refuses settings that would change the run.
     let (code, err) = run_err(bin().args(["--resume", "somewhere", "--lr", "0.1"]));
     assert_eq!(code, 2);
-    assert!(err.contains("--lr"), "{err}");
+    assert!(err.contains("--learning-rate"), "{err}");
     // A missing model path is named.
     let (_, err) = run_err(
         bin()

@@ -335,7 +335,7 @@ fn resume_continues_where_the_run_stopped() {
     // --resume accepts no setting that would change the run.
     let o = run(&["--resume", part.to_str().unwrap(), "--lr", "0.1"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--lr"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--learning-rate"));
 }
 
 #[test]
@@ -351,7 +351,8 @@ fn bad_settings_exit_non_zero_with_a_message() {
         (&["--algo", "cory", "--swap-period", "0"], "swap_period"),
         (&["--no-such-flag"], "--no-such-flag"),
         (&["--algo", "sarsa"], "sarsa"),
-        (&["--target-kl", "6", "--fixed-kl"], "cannot be used with"),
+        (&["--adap-kl-ctrl", "maybe"], "--adap-kl-ctrl"),
+        (&["--learning-rate", "-1"], "ppo.learning_rate"),
     ];
     for (args, needle) in cases {
         let mut a = args.to_vec();

@@ -142,7 +142,7 @@ pub enum Role {
     Observer,
 }
 
-/// Per-LLM metrics of one iteration (spec §5).
+/// Per-LLM metrics of one iteration (the quantities of the paper's IMDB and GSM8K figures).
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentMetrics {
     /// `"llm1"` (started as pioneer) or `"llm2"` (started as observer): follows the weights.

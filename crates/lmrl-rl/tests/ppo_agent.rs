@@ -161,8 +161,7 @@ fn global_grad_norm_clipping_scales_all_gradients_together() {
     let (policy, _, ad) = models();
     let (q, y, _) = batch();
     let b = QueryResponseBatch::new(&q, &y, 0, &ad).unwrap();
-    let (hidden, values) =
-        policy.hidden_and_values(b.input_ids.clone(), b.attention_mask.clone());
+    let (hidden, values) = policy.hidden_and_values(b.input_ids.clone(), b.attention_mask.clone());
     let (lp, _) = response_logprobs(&policy.lm, hidden, &b);
     let loss = lp.sum() + response_values(values, &b).sum();
     let mut grads = GradientsParams::from_grads(loss.backward(), &policy);

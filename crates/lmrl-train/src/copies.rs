@@ -196,11 +196,12 @@ impl Copies {
     ) -> Result<Self> {
         let learner = |name: &str| -> Result<DynLearner> {
             let d = dir.join(name);
-            let model = load_weights(spec, base, &d, device).map_err(|source| TrainError::Restore {
-                what: "the weights",
-                path: d.clone(),
-                source,
-            })?;
+            let model =
+                load_weights(spec, base, &d, device).map_err(|source| TrainError::Restore {
+                    what: "the weights",
+                    path: d.clone(),
+                    source,
+                })?;
             spec.learner(model, device)
         };
         let restore_err = |what, path: &Path| {

@@ -6,8 +6,8 @@ use crate::error::{Result, RlError};
 use crate::ppo::kl::KlPenalty;
 use crate::ppo::loss::LossParams;
 
-/// PPO configuration. `Default` is the CORY reference script (`imdb_train/cory.py`, spec §1
-/// table): lr 1.41e-5, batch = mini-batch = 256, no accumulation, 4 PPO epochs, adaptive β from
+/// PPO configuration. `Default` is the CORY reference script (`imdb_train/cory.py`;
+/// `docs/cory.md`): lr 1.41e-5, batch = mini-batch = 256, no accumulation, 4 PPO epochs, adaptive β from
 /// 0.4 (target 6, horizon 10000), γ 1, λ 0.95, clips 0.2/0.2, vf_coef 0.1, ratio threshold 10,
 /// full-vocabulary KL, running score normalisation on, no reward whitening, no gradient-norm
 /// clipping, seed 0, and PyTorch's Adam (β₁ 0.9, β₂ 0.999, ε 1e-8, no weight decay).

@@ -74,7 +74,7 @@ pub fn kl_mse(logprobs: Tensor<2>, ref_logprobs: Tensor<2>) -> Tensor<2> {
 
 /// `kl_penalty="full"`: TRL's `F.kl_div(ref_logprob, logprob, log_target=True).sum(-1)`, i.e.
 /// KL_t = Σ_v p_θ(v)·(log p_θ(v) − log p_ref(v)) from two `[B, T, V]` log-softmax tensors
-/// (spec §1, "KL term").
+/// (the per-token KL of the reward shaping; `docs/cory.md`).
 pub fn kl_full(log_softmax: Tensor<3>, ref_log_softmax: Tensor<3>) -> Tensor<2> {
     let p = log_softmax.clone().exp();
     (p * (log_softmax - ref_log_softmax))

@@ -9,7 +9,7 @@ use crate::util::{check_finite, check_shape};
 /// Output of [`compute_rewards`], TRL's `(rewards, non_score_reward, kls)`, each `[B, T]`.
 #[derive(Debug, Clone)]
 pub struct ShapedRewards {
-    /// r_t = −β·KL_t, plus the score s at the last unmasked token (spec §1, "Shaped rewards").
+    /// r_t = −β·KL_t, plus the score s at the last unmasked token (TRL `compute_rewards`).
     pub rewards: Tensor<2>,
     /// −β·KL_t at every position (TRL `non_score_reward`; not masked).
     pub non_score_rewards: Tensor<2>,
