@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
-use lmrl_rewards::gsm8k::{check_answer, extract_response_answer};
+use lmrl_rewards::{check_answer, extract_response_answer};
 use serde::Serialize;
 
 use crate::cli::CheckArgs;

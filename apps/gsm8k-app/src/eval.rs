@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use lmrl_models::{CausalLm, GenerationConfig, LmTokenizer, Sampling, generate};
-use lmrl_rewards::gsm8k::{check_answer, extract_response_answer};
+use lmrl_rewards::{check_answer, extract_response_answer};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::EvalArgs;

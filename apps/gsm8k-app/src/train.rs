@@ -15,7 +15,7 @@ use lmrl_models::{
     CausalLm, GenerationConfig, LmTokenizer, LmWithValueHead, Sampling, apply_lora, merge_lora,
     save_pretrained,
 };
-use lmrl_rewards::gsm8k::{check_answer, cut_continuation, extract_response_answer};
+use lmrl_rewards::{check_answer, cut_continuation, extract_response_answer};
 use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use lmrl_rewards::TextCat;
+use lmrl_rewards::{TextCat, TextScorer};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::ScoreArgs;
@@ -69,8 +69,8 @@ pub fn run(args: &ScoreArgs) -> Result<ExitCode> {
         let device = crate::select_device();
         let reward = setup::load_reward(&args.reward, &cache, &device)?;
         let texts: Vec<String> = inputs.iter().map(|x| x.text.clone()).collect();
-        let batch: Vec<(&str, &str)> = texts.iter().map(|t| ("", t.as_str())).collect();
-        let scores = reward.score(&batch)?;
+        let batch: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let scores = reward.score_texts(&batch)?;
         // VADER has no probability, and the DistilBERT reward exposes only the POSITIVE logit
         // (P(POS) would need both logits): p_pos is null for both.
         scores

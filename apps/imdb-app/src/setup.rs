@@ -6,12 +6,12 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use lmrl_data::{AssetCache, ImdbPrompt, PromptConfig, ReadOptions, Review, build_prompts};
 use lmrl_models::LmTokenizer;
-use lmrl_rewards::{DistilBertReward, Reward, RewardError, TextCat, Vader};
+use lmrl_rewards::{DistilBertReward, RewardError, TextCat, TextScorer, Vader};
 
 use crate::config::RunConfig;
 
 /// A reward by name: `textcat`, `vader`, or `distilbert:DIR` (also `distilbert=DIR`).
-pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Box<dyn Reward>> {
+pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Box<dyn TextScorer>> {
     let (kind, arg) = match spec.split_once([':', '=']) {
         Some((k, a)) => (k, Some(a)),
         None => (spec, None),
@@ -32,9 +32,13 @@ pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Bo
 
 /// Scores each full text `q + y` (the reference scores `decode(q) + decode(y)`), naming the
 /// iteration when the reward fails or returns the wrong number of scores.
-pub fn score_texts(reward: &dyn Reward, texts: &[String], iteration: usize) -> Result<Vec<f32>> {
-    let batch: Vec<(&str, &str)> = texts.iter().map(|t| ("", t.as_str())).collect();
-    let scores = reward.score(&batch).map_err(|e: RewardError| {
+pub fn score_texts(
+    reward: &dyn TextScorer,
+    texts: &[String],
+    iteration: usize,
+) -> Result<Vec<f32>> {
+    let batch: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let scores = reward.score_texts(&batch).map_err(|e: RewardError| {
         anyhow::anyhow!(
             "reward `{}` failed on iteration {iteration}: {e}",
             reward.name()
@@ -107,11 +111,11 @@ mod tests {
     use super::*;
 
     struct Failing;
-    impl Reward for Failing {
+    impl TextScorer for Failing {
         fn name(&self) -> &str {
             "failing"
         }
-        fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
+        fn score_texts(&self, batch: &[&str]) -> Result<Vec<f32>, RewardError> {
             if batch.len() > 1 {
                 return Err(RewardError::Input("batch too large".into()));
             }

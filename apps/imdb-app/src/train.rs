@@ -12,7 +12,7 @@ use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use lmrl_data::{ImdbPrompt, imdb_observer_prompt};
 use lmrl_models::{GenerationConfig, LmTokenizer, LmWithValueHead, Sampling, load_causal_lm};
-use lmrl_rewards::Reward;
+use lmrl_rewards::TextScorer;
 use lmrl_rl::cory::EnvError;
 use lmrl_rl::ppo::{PpoAgent, PpoConfig};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, GenerationPurpose, RewardMode, Role};
@@ -64,7 +64,7 @@ struct Env {
     cfg: RunConfig,
     ppo: PpoConfig,
     tok: LmTokenizer,
-    reward: Box<dyn Reward>,
+    reward: Box<dyn TextScorer>,
     prompts: Vec<ImdbPrompt>,
     order: DataOrder,
     reference: lmrl_models::CausalLm,

@@ -19,7 +19,7 @@ use lmrl_models::TensorMap;
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
-use crate::{Reward, RewardError};
+use crate::{RewardError, TextScorer};
 
 /// LayerNorm epsilon of DistilBERT (hard-coded in `transformers`).
 const LN_EPS: f64 = 1e-12;
@@ -448,11 +448,20 @@ impl BertTokenizer {
     }
 }
 
-/// DistilBERT classifier + tokenizer as a [`Reward`]: the POSITIVE logit of each response.
+/// DistilBERT classifier + tokenizer as a [`TextScorer`]: the POSITIVE logit of each text.
 pub struct DistilBertReward {
     model: DistilBert,
     tokenizer: BertTokenizer,
     device: Device,
+}
+
+impl std::fmt::Debug for DistilBertReward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistilBertReward")
+            .field("config", self.model.config())
+            .field("tokenizer", &self.tokenizer)
+            .finish_non_exhaustive()
+    }
 }
 
 impl DistilBertReward {
@@ -466,16 +475,16 @@ impl DistilBertReward {
     }
 }
 
-impl Reward for DistilBertReward {
+impl TextScorer for DistilBertReward {
     fn name(&self) -> &str {
         "distilbert"
     }
 
-    fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
+    fn score_texts(&self, texts: &[&str]) -> Result<Vec<f32>, RewardError> {
         let max = self.model.config().max_position_embeddings;
-        let ids = batch
+        let ids = texts
             .iter()
-            .map(|(_, r)| self.tokenizer.encode(r, max))
+            .map(|t| self.tokenizer.encode(t, max))
             .collect::<Result<Vec<_>, _>>()?;
         let pos = self.model.config().positive_index();
         let logits = self.model.logits_for_ids(&ids, &self.device)?;
@@ -488,9 +497,4 @@ impl Reward for DistilBertReward {
             })
             .collect()
     }
-}
-
-/// Softmax of a logits row (for reporting probabilities next to the logit reward).
-pub fn probabilities(logits: Tensor<2>) -> Tensor<2> {
-    softmax(logits, 1)
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 ///
 /// Variants name the file and the field (or tensor) involved and what was expected, so that a
 /// user can fix a broken or mismatched asset without reading the code.
+/// `#[non_exhaustive]`: new rewards may need new variants.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RewardError {
     #[error("cannot read {path}: {source}")]
     Io {
@@ -31,6 +33,12 @@ pub enum RewardError {
     Tokenizer { path: PathBuf, reason: String },
     #[error("invalid input: {0}")]
     Input(String),
+    #[error("reward `{reward}` returned {found} scores for {expected} samples")]
+    ScoreCount {
+        reward: String,
+        expected: usize,
+        found: usize,
+    },
 }
 
 impl RewardError {

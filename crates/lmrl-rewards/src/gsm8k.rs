@@ -16,18 +16,16 @@
 //! - **Comparison**: exact rational equality on arbitrary-precision integers
 //!   (`n₁·d₂ = n₂·d₁`), so `0.75 = 3/4`, `1,000 = 1000.00`, `-0 = 0`, and numbers far beyond
 //!   i64/f64 compare exactly without overflow.
-use std::collections::HashMap;
-
-use crate::{Reward, RewardError};
+use crate::{AnswerContext, Reward, RewardError, Sample};
 
 /// Marker after which a GSM8K solution states its final answer.
-pub const ANSWER_MARKER: &str = "####";
+pub(crate) const ANSWER_MARKER: &str = "####";
 /// Where an invented follow-up question starts; the response is cut there.
-pub const CONTINUATION_MARKER: &str = "Question:";
+pub(crate) const CONTINUATION_MARKER: &str = "Question:";
 
 /// An exact rational number parsed from text: `sign · num / den` with `den > 0`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Number {
+pub(crate) struct Number {
     negative: bool,
     /// Numerator digits (ASCII, no leading zeros; "0" for zero).
     num: String,
@@ -38,18 +36,12 @@ pub struct Number {
 }
 
 impl Number {
-    /// Canonical text: digits without separators or leading zeros, decimals without trailing
-    /// zeros, fractions as written (`3/4`, not reduced); parsing it again gives the same value.
-    pub fn canonical(&self) -> &str {
-        &self.canonical
-    }
-
     fn is_zero(&self) -> bool {
         self.num == "0"
     }
 
     /// Exact equality of the two rationals.
-    pub fn value_eq(&self, other: &Number) -> bool {
+    pub(crate) fn value_eq(&self, other: &Number) -> bool {
         if self.is_zero() || other.is_zero() {
             return self.is_zero() && other.is_zero();
         }
@@ -60,7 +52,7 @@ impl Number {
 }
 
 /// All numbers of `text`, in order of appearance (see the module docs for what counts).
-pub fn find_numbers(text: &str) -> Vec<Number> {
+pub(crate) fn find_numbers(text: &str) -> Vec<Number> {
     let b = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0usize;
@@ -245,62 +237,27 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> Result<f64, RewardError> {
     Ok(1.0 - prod)
 }
 
-/// The plain any-of-k metric: 1.0 if any of the `k` rewards is a pass (> 0.5), else 0.0.
-pub fn any_of_k(rewards: &[f32]) -> f32 {
-    if rewards.iter().any(|&r| r > 0.5) {
-        1.0
-    } else {
-        0.0
-    }
-}
+/// The GSM8K reward: 1.0 when a response's final number (before any invented `Question:`)
+/// equals its sample's ground truth exactly, else 0.0 (see the module docs for the rules).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AnswerChecker;
 
-/// The GSM8K reward: holds the ground truth of each prompt and checks responses against it.
-#[derive(Debug, Clone, Default)]
-pub struct Gsm8kReward {
-    answers: HashMap<String, String>,
-}
-
-impl Gsm8kReward {
-    /// Builds from `(prompt, solution-or-answer)` pairs; the answer is the text after `####`.
-    pub fn new<I, P, A>(pairs: I) -> Result<Self, RewardError>
-    where
-        I: IntoIterator<Item = (P, A)>,
-        P: Into<String>,
-        A: Into<String>,
-    {
-        let mut answers = HashMap::new();
-        for (p, a) in pairs {
-            let a = a.into();
-            if ground_truth_number(&a).is_none() {
-                return Err(RewardError::Input(format!(
-                    "ground truth {a:?} contains no number after ####"
-                )));
-            }
-            answers.insert(p.into(), a);
-        }
-        Ok(Self { answers })
-    }
-
-    /// Adds or replaces the ground truth of one prompt.
-    pub fn insert(&mut self, prompt: impl Into<String>, solution: impl Into<String>) {
-        self.answers.insert(prompt.into(), solution.into());
-    }
-}
-
-impl Reward for Gsm8kReward {
+impl Reward<AnswerContext> for AnswerChecker {
     fn name(&self) -> &str {
         "gsm8k"
     }
 
-    fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
-        batch
+    /// A ground truth without any number is an error naming the sample: it is the dataset's
+    /// fault, and scoring it 0.0 would hide that.
+    fn score(&self, samples: &[Sample<'_, AnswerContext>]) -> Result<Vec<f32>, RewardError> {
+        samples
             .iter()
-            .map(|(prompt, response)| {
-                let truth = self.answers.get(*prompt).ok_or_else(|| {
-                    let head: String = prompt.chars().take(80).collect();
-                    RewardError::Input(format!("no GSM8K ground truth for prompt {head:?}"))
-                })?;
-                check_answer(response, truth)
+            .enumerate()
+            .map(|(i, s)| {
+                check_answer(s.response, &s.context.answer).map_err(|e| match e {
+                    RewardError::Input(msg) => RewardError::Input(format!("sample {i}: {msg}")),
+                    other => other,
+                })
             })
             .collect()
     }
@@ -461,6 +418,34 @@ mod tests {
     }
 
     #[test]
+    fn big_fractions_reduce_exactly() {
+        // 999999999999 · 1000000001 = 1000000000998999999999, so the fraction is an integer.
+        assert_eq!(
+            check_answer("1000000000998999999999/1000000001", "#### 999999999999").ok(),
+            Some(1.0)
+        );
+        assert_eq!(
+            check_answer("1000000000998999999998/1000000001", "#### 999999999999").ok(),
+            Some(0.0)
+        );
+        // 123456789123456789 · 987654321987654321 = 121932631356500531347203169112635269.
+        assert_eq!(
+            check_answer(
+                "= 121932631356500531347203169112635269/987654321987654321",
+                "#### 123,456,789,123,456,789"
+            )
+            .ok(),
+            Some(1.0)
+        );
+        assert_eq!(
+            check_answer("-1/3", "#### -2/6").ok(),
+            Some(1.0),
+            "signs compare"
+        );
+        assert_eq!(check_answer("-1/3", "#### 1/3").ok(), Some(0.0));
+    }
+
+    #[test]
     fn pass_at_k_estimator() {
         assert_eq!(pass_at_k(5, 0, 1).ok(), Some(0.0));
         assert_eq!(pass_at_k(5, 5, 3).ok(), Some(1.0));
@@ -473,19 +458,30 @@ mod tests {
         assert!(pass_at_k(3, 1, 4).is_err());
         assert!(pass_at_k(3, 4, 1).is_err());
         assert!(pass_at_k(3, 1, 0).is_err());
-        assert_eq!(any_of_k(&[0.0, 1.0]), 1.0);
-        assert_eq!(any_of_k(&[]), 0.0);
     }
 
     #[test]
-    fn reward_trait_lookup() {
-        let r = Gsm8kReward::new([("Q1", "#### 12"), ("Q2", "steps\n#### 3/4")]).expect("valid");
-        let dynr: Box<dyn Reward> = Box::new(r);
-        let s = dynr
-            .score(&[("Q1", "so 12 eggs"), ("Q2", "0.75"), ("Q1", "11")])
-            .expect("known prompts");
+    fn checker_reads_each_samples_own_answer() {
+        let (a, b) = (
+            AnswerContext::new("12"),
+            AnswerContext::new("steps\n#### 3/4"),
+        );
+        let r: Box<dyn Reward<AnswerContext>> = Box::new(AnswerChecker);
+        assert_eq!(r.name(), "gsm8k");
+        // The same prompt twice with different answers: only the context decides.
+        let s = r
+            .score(&[
+                Sample::new("Q", "so 12 eggs", &a),
+                Sample::new("Q", "0.75", &b),
+                Sample::new("Q", "11\n\nQuestion: x? Answer: 12", &a),
+            ])
+            .expect("valid answers");
         assert_eq!(s, [1.0, 1.0, 0.0]);
-        assert!(dynr.score(&[("unknown", "1")]).is_err());
-        assert!(Gsm8kReward::new([("Q", "#### x")]).is_err());
+        let bad = AnswerContext::new("#### x");
+        let err = r
+            .score(&[Sample::new("Q", "1", &a), Sample::new("Q", "1", &bad)])
+            .expect_err("no number in the ground truth");
+        assert!(err.to_string().contains("sample 1"), "{err}");
+        assert!(r.score(&[]).expect("empty batch").is_empty());
     }
 }

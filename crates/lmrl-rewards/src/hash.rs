@@ -3,7 +3,7 @@
 
 /// MurmurHash64A (Austin Appleby), the 64-bit hash of spaCy's `StringStore`
 /// (`hash_string(s) = MurmurHash64A(utf8(s), seed = 1)`).
-pub fn murmurhash64a(data: &[u8], seed: u64) -> u64 {
+pub(crate) fn murmurhash64a(data: &[u8], seed: u64) -> u64 {
     const M: u64 = 0xc6a4_a793_5bd1_e995;
     const R: u32 = 47;
     let mut h = seed ^ (data.len() as u64).wrapping_mul(M);
@@ -31,7 +31,7 @@ pub fn murmurhash64a(data: &[u8], seed: u64) -> u64 {
 
 /// MurmurHash3_x86_32, which thinc's `sparse_linear` layer applies to each 64-bit feature key
 /// (as its 8 little-endian bytes) with seeds 0 and 1 to pick two weight rows.
-pub fn murmurhash3_x86_32(data: &[u8], seed: u32) -> u32 {
+pub(crate) fn murmurhash3_x86_32(data: &[u8], seed: u32) -> u32 {
     const C1: u32 = 0xcc9e_2d51;
     const C2: u32 = 0x1b87_3593;
     let mut h = seed;

@@ -1,30 +1,42 @@
 //! Reward functions for RL fine-tuning of language models.
 //!
-//! Every reward maps a batch of `(prompt, response)` texts to one `f32` score each through the
-//! object-safe [`Reward`] trait, so applications can hold a `Box<dyn Reward>` chosen at run time:
+//! Every reward scores a batch of [`Sample`]s — the prompt the policy saw, its response and the
+//! sample's own context `C` — to one `f32` each through the object-safe [`Reward<C>`] trait, so
+//! an application holds a `Box<dyn Reward<C>>` chosen at run time. The context carries what the
+//! reward needs besides the two texts:
 //!
-//! - [`TextCat`]: a port of the IMDB-trained spaCy `TextCatBOW.v2` classifier (score = the
-//!   POS-vs-NEG logit), with a built-in spaCy-like English tokenizer ([`SpacyTokenizer`]).
-//! - [`Vader`]: the VADER lexicon sentiment scorer (score = VADER's compound value).
-//! - [`DistilBert`]: `DistilBertForSequenceClassification` in burn (score = the POSITIVE logit).
-//! - [`Gsm8kReward`]: the GSM8K exact-match answer checker (score = 1.0 or 0.0).
+//! - [`SentimentContext`] (the plain query): the IMDB sentiment rewards score `query + response`.
+//!   They are [`TextScorer`]s, models of whole texts (higher = more positive), and every
+//!   `TextScorer` is a `Reward<SentimentContext>`:
+//!   - [`TextCat`]: a port of the IMDB-trained spaCy `TextCatBOW.v2` classifier (score = the
+//!     POS-vs-NEG logit, or P(POS) with [`TextCatScore::Probability`]), with a spaCy-like English
+//!     tokenizer ([`SpacyTokenizer`]);
+//!   - [`Vader`]: the VADER lexicon scorer (score = VADER's compound value in [−1, 1]);
+//!   - [`DistilBertReward`]: `DistilBertForSequenceClassification` in burn (score = the
+//!     POSITIVE logit).
+//! - [`AnswerContext`] (the ground-truth answer): [`AnswerChecker`], the GSM8K exact-match
+//!   checker (score = 1.0 or 0.0), built on [`check_answer`] and [`extract_response_answer`].
 //!
 //! Assets (weights, lexicons) are never bundled: they are loaded from a path, by default under
 //! `~/.cache/lmrl/` (see [`default_asset_dir`]).
+mod distilbert;
 mod error;
+mod gsm8k;
+mod hash;
 mod reward;
+mod textcat;
+mod tokenize;
+mod vader;
 
-pub mod distilbert;
-pub mod gsm8k;
-pub mod hash;
-pub mod textcat;
-pub mod tokenize;
-pub mod vader;
-
-pub use distilbert::{DistilBert, DistilBertConfig, DistilBertReward, load_distilbert};
+pub use distilbert::{
+    BertTokenizer, DistilBert, DistilBertConfig, DistilBertReward, load_distilbert,
+};
 pub use error::RewardError;
-pub use gsm8k::{Gsm8kReward, extract_ground_truth, extract_response_answer, pass_at_k};
-pub use reward::{Reward, default_asset_dir};
-pub use textcat::TextCat;
+pub use gsm8k::{
+    AnswerChecker, check_answer, cut_continuation, extract_ground_truth, extract_response_answer,
+    pass_at_k,
+};
+pub use reward::{AnswerContext, Reward, Sample, SentimentContext, TextScorer, default_asset_dir};
+pub use textcat::{TextCat, TextCatScore, TextCatScores};
 pub use tokenize::SpacyTokenizer;
 pub use vader::Vader;

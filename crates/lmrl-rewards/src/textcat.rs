@@ -9,8 +9,9 @@
 //!   `W[(MurmurHash3_x86_32(k as 8 LE bytes, seed) & (2^18 − 1)) + c] · n` to class `c`'s score;
 //! - scores plus bias go through a softmax over the two exclusive classes.
 //!
-//! The reward is the logit `log P(POS) − log P(NEG)` (= `score[POS] − score[NEG]`), which is
-//! unbounded and well scaled for PPO, unlike the saturating probability.
+//! The reward is by default the logit `log P(POS) − log P(NEG)` (= `score[POS] − score[NEG]`),
+//! which is unbounded and well scaled for PPO, unlike the saturating probability;
+//! [`TextCat::with_score`] selects P(POS) in [0, 1] instead where a bounded reward is needed.
 //!
 //! Empty documents: spaCy returns P(POS) = P(NEG) = 0 for a document without tokens (its
 //! `sparse_linear` skips the bias then). Here an empty document is scored from the bias alone
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use rmpv::Value;
 
 use crate::hash::{murmurhash3_x86_32, murmurhash64a};
-use crate::{Reward, RewardError, SpacyTokenizer, default_asset_dir};
+use crate::{RewardError, SpacyTokenizer, TextScorer, default_asset_dir};
 
 /// The spaCy symbol table: strings with fixed ids instead of hashes (`spacy.symbols.IDS`).
 /// A JSON object `{string: id}` taken from spaCy 3.5 (MIT), embedded at compile time so the
@@ -45,6 +46,17 @@ pub struct TextCat {
     neg: usize,
     symbols: HashMap<String, u64>,
     tokenizer: SpacyTokenizer,
+    score: TextCatScore,
+}
+
+/// Which number [`TextCat`] returns as its score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TextCatScore {
+    /// `log P(POS) − log P(NEG)`, unbounded (the default).
+    #[default]
+    Logit,
+    /// P(POS), bounded in [0, 1].
+    Probability,
 }
 
 /// Per-document output of [`TextCat::predict`].
@@ -198,7 +210,19 @@ impl TextCat {
             neg,
             symbols,
             tokenizer,
+            score: TextCatScore::default(),
         })
+    }
+
+    /// The same classifier scoring with `score` ([`TextCatScore::Logit`] unless set).
+    pub fn with_score(mut self, score: TextCatScore) -> Self {
+        self.score = score;
+        self
+    }
+
+    /// What [`TextScorer::score_texts`] returns.
+    pub fn score_kind(&self) -> TextCatScore {
+        self.score
     }
 
     /// The class labels in output order (`["POS", "NEG"]` for the IMDB model).
@@ -212,7 +236,7 @@ impl TextCat {
     }
 
     /// spaCy's `ORTH` key of a token: its fixed symbol id, or `MurmurHash64A(utf8, 1)`.
-    pub fn token_key(&self, token: &str) -> u64 {
+    pub(crate) fn token_key(&self, token: &str) -> u64 {
         match self.symbols.get(token) {
             Some(&id) => id,
             None => murmurhash64a(token.as_bytes(), 1),
@@ -220,7 +244,7 @@ impl TextCat {
     }
 
     /// Class scores before the softmax (`Σ W·count + b`), in label order, for given tokens.
-    pub fn class_scores<S: AsRef<str>>(&self, tokens: &[S]) -> Vec<f32> {
+    pub(crate) fn class_scores<S: AsRef<str>>(&self, tokens: &[S]) -> Vec<f32> {
         let mut counts: HashMap<u64, u32> = HashMap::new();
         for t in tokens {
             *counts.entry(self.token_key(t.as_ref())).or_insert(0) += 1;
@@ -269,14 +293,25 @@ impl TextCat {
     }
 }
 
-impl Reward for TextCat {
+impl TextScorer for TextCat {
     fn name(&self) -> &str {
-        "textcat-imdb"
+        match self.score {
+            TextCatScore::Logit => "textcat-imdb",
+            TextCatScore::Probability => "textcat-imdb-p",
+        }
     }
 
-    /// Scores the response only (the prompt is the review opening the policy continues).
-    fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
-        Ok(batch.iter().map(|(_, r)| self.predict(r).logit).collect())
+    fn score_texts(&self, texts: &[&str]) -> Result<Vec<f32>, RewardError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let s = self.predict(t);
+                match self.score {
+                    TextCatScore::Logit => s.logit,
+                    TextCatScore::Probability => s.p_pos,
+                }
+            })
+            .collect())
     }
 }
 
@@ -406,6 +441,36 @@ mod tests {
         let e = tc.predict("");
         assert!((e.logit - 1.0).abs() < 1e-6);
         assert!((e.p_pos + e.p_neg - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn score_option_selects_logit_or_probability() {
+        let length = 16usize;
+        let w: Vec<f32> = (0..2 * length).map(|i| (i as f32 * 0.7).sin()).collect();
+        let tc = TextCat::from_msgpack(
+            Path::new("tiny"),
+            &tiny_model(length, &w, [0.3, -0.2]),
+            vec!["POS".into(), "NEG".into()],
+            SpacyTokenizer::english(),
+        )
+        .expect("tiny model loads");
+        let texts = ["good film", "bad bad film", ""];
+        let want: Vec<TextCatScores> = texts.iter().map(|t| tc.predict(t)).collect();
+        assert_eq!(tc.score_kind(), TextCatScore::Logit);
+        assert_eq!(TextScorer::name(&tc), "textcat-imdb");
+        let logits = tc.score_texts(&texts).expect("scores");
+        assert_eq!(logits, want.iter().map(|s| s.logit).collect::<Vec<_>>());
+        let tc = tc.with_score(TextCatScore::Probability);
+        assert_eq!(TextScorer::name(&tc), "textcat-imdb-p");
+        let probs = tc.score_texts(&texts).expect("scores");
+        for (p, l) in probs.iter().zip(&logits) {
+            // P(POS) of a two-class softmax is the sigmoid of the logit.
+            let sig = 1.0 / (1.0 + (-f64::from(*l)).exp());
+            assert!(
+                (0.0..=1.0).contains(p) && (f64::from(*p) - sig).abs() < 1e-6,
+                "{p} {l}"
+            );
+        }
     }
 
     #[test]

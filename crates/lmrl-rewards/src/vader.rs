@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::{Reward, RewardError, default_asset_dir};
+use crate::{RewardError, TextScorer, default_asset_dir};
 
 const B_INCR: f64 = 0.293;
 const B_DECR: f64 = -0.293;
@@ -214,7 +214,7 @@ fn negated(word_lower: &str) -> bool {
 }
 
 /// VADER's normalisation of the summed valence into (−1, 1).
-pub fn normalize(score: f64) -> f64 {
+pub(crate) fn normalize(score: f64) -> f64 {
     (score / (score * score + ALPHA).sqrt()).clamp(-1.0, 1.0)
 }
 
@@ -517,14 +517,14 @@ fn punctuation_emphasis(text: &str) -> f64 {
     ep + qa
 }
 
-impl Reward for Vader {
+impl TextScorer for Vader {
     fn name(&self) -> &str {
         "vader"
     }
 
-    /// The compound score of the response.
-    fn score(&self, batch: &[(&str, &str)]) -> Result<Vec<f32>, RewardError> {
-        Ok(batch.iter().map(|(_, r)| self.compound(r) as f32).collect())
+    /// The compound score of each text.
+    fn score_texts(&self, texts: &[&str]) -> Result<Vec<f32>, RewardError> {
+        Ok(texts.iter().map(|t| self.compound(t) as f32).collect())
     }
 }
 
@@ -557,6 +557,23 @@ mod tests {
         assert!((v.compound("it is GOOD") - normalize(1.9 + C_INCR)).abs() < 1e-12);
         assert_eq!(v.compound(""), 0.0);
         assert_eq!(v.compound("neutral words only"), 0.0);
+    }
+
+    #[test]
+    fn reward_scores_query_plus_response() {
+        use crate::{Reward, Sample, SentimentContext};
+        let v = tiny();
+        let ctx = SentimentContext::new("not ");
+        // "not " + "good" is negated; the response alone would be positive.
+        let s = Reward::score(&v, &[Sample::new("ignored prompt", "good", &ctx)]).expect("score");
+        assert!(
+            (f64::from(s[0]) - normalize(1.9 * N_SCALAR)).abs() < 1e-6,
+            "{s:?}"
+        );
+        assert_eq!(
+            v.score_texts(&["good", ""]).expect("scores"),
+            [v.compound("good") as f32, 0.0]
+        );
     }
 
     #[test]

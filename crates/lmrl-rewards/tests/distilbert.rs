@@ -2,7 +2,9 @@
 mod common;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use lmrl_rewards::load_distilbert;
+use lmrl_rewards::{
+    BertTokenizer, DistilBertReward, Reward, Sample, SentimentContext, TextScorer, load_distilbert,
+};
 
 fn matrix(v: &serde_json::Value) -> Vec<Vec<f64>> {
     v.as_array()
@@ -41,7 +43,7 @@ fn logits_match_transformers() {
     for (i, row) in want.iter().enumerate() {
         for (j, &w) in row.iter().enumerate() {
             let g = f64::from(got[i * 2 + j]);
-            assert!((g - w).abs() < 1e-4, "logit[{i}][{j}]: ours {g} vs HF {w}");
+            assert!((g - w).abs() < 1e-6, "logit[{i}][{j}]: ours {g} vs HF {w}");
         }
     }
     // The host-side path pads rows itself with pad_token_id = 0 and must agree.
@@ -61,7 +63,7 @@ fn logits_match_transformers() {
         .unwrap_or_else(|e| panic!("{e}"));
     for (i, row) in want.iter().enumerate() {
         assert!(
-            (f64::from(host[i][1]) - row[1]).abs() < 1e-4,
+            (f64::from(host[i][1]) - row[1]).abs() < 1e-6,
             "row {i}: {:?} vs {row:?}",
             host[i]
         );
@@ -90,7 +92,6 @@ fn missing_tensor_is_named() {
 
 #[test]
 fn wordpiece_from_vocab_txt() {
-    use lmrl_rewards::distilbert::BertTokenizer;
     let dir = std::env::temp_dir().join(format!("lmrl-rewards-vocab-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let vocab = [
@@ -112,5 +113,76 @@ fn wordpiece_from_vocab_txt() {
         tok.encode("hello hello hello hello", 4).expect("encode"),
         [2, 4, 4, 3]
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Text → WordPiece → classifier → POSITIVE logit, end to end: a vocabulary that names the
+/// fixture's ids (`[CLS]` = 986, `[SEP]` = 981, `w<id>` otherwise) turns a text into the
+/// fixture's first row, whose logits transformers computed.
+#[test]
+fn reward_is_the_positive_logit_of_the_text() {
+    let dir = std::env::temp_dir().join(format!("lmrl-rewards-scorer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(
+            common::fixture(&format!("distilbert-tiny/{f}")),
+            dir.join(f),
+        )
+        .expect("copy");
+    }
+    let vocab: Vec<String> = (0..1000)
+        .map(|i| match i {
+            0 => "[PAD]".to_string(),
+            1 => "[UNK]".to_string(),
+            981 => "[SEP]".to_string(),
+            986 => "[CLS]".to_string(),
+            _ => format!("w{i}"),
+        })
+        .collect();
+    std::fs::write(dir.join("vocab.txt"), vocab.join("\n") + "\n").expect("write vocab");
+    let fx = common::read_json("distilbert-tiny/expected.json");
+    let ids = matrix(&fx["forward"]["input_ids"]);
+    let want = matrix(&fx["forward"]["logits"])[0][1];
+    let row: Vec<u32> = ids[0].iter().map(|&x| x as u32).collect();
+    assert_eq!(
+        (row.first(), row.last()),
+        (Some(&986), Some(&981)),
+        "the fixture's first row is [CLS] … [SEP]"
+    );
+    let words = row[1..row.len() - 1]
+        .iter()
+        .map(|x| format!("w{x}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+
+    let r = DistilBertReward::load(&dir, &Device::flex()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(TextScorer::name(&r), "distilbert");
+    let got = r.score_texts(&[&words, ""]).expect("scores");
+    assert!(
+        (f64::from(got[0]) - want).abs() < 1e-6,
+        "ours {} vs HF {want}",
+        got[0]
+    );
+    assert!(
+        got[1].is_finite(),
+        "an empty text is [CLS] [SEP]: {}",
+        got[1]
+    );
+    // The tiny random model's logits barely move with the input (dropping a word moves this one
+    // by 3e-5), so the tolerance is 1e-6 rather than a looser one that any text would meet.
+    let dropped = r.score_texts(&[&words[4..]]).expect("score");
+    assert!(
+        (f64::from(dropped[0]) - want).abs() > 1e-5,
+        "{}",
+        dropped[0]
+    );
+    // As a sentiment reward the text is query + response, whatever the prompt was.
+    let (q, resp) = words.split_at(words.find(" w360").expect("w360 in the first row"));
+    let ctx = SentimentContext::new(q);
+    let dynr: Box<dyn Reward<SentimentContext>> = Box::new(r);
+    let s = dynr
+        .score(&[Sample::new("a longer merged prompt", resp, &ctx)])
+        .expect("score");
+    assert!((s[0] - got[0]).abs() < 1e-6, "{} vs {}", s[0], got[0]);
     let _ = std::fs::remove_dir_all(&dir);
 }

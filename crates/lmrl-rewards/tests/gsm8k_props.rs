@@ -1,8 +1,6 @@
 //! Property tests of the GSM8K checker: it never panics, extraction is idempotent on its own
 //! output, and the checker agrees with how numbers are written.
-use lmrl_rewards::gsm8k::{
-    check_answer, cut_continuation, extract_ground_truth, extract_response_answer,
-};
+use lmrl_rewards::{check_answer, cut_continuation, extract_ground_truth, extract_response_answer};
 use proptest::prelude::*;
 
 proptest! {

@@ -1,7 +1,9 @@
 //! The spaCy TextCatBOW port against spaCy's own outputs (`tests/fixtures/textcat-imdb`).
 mod common;
 
-use lmrl_rewards::{Reward, SpacyTokenizer, TextCat};
+use lmrl_rewards::{
+    Reward, Sample, SentimentContext, SpacyTokenizer, TextCat, TextCatScore, TextScorer,
+};
 
 fn cases() -> Vec<(String, Vec<String>, f64)> {
     let v = common::read_json("textcat-imdb/expected.json");
@@ -112,10 +114,22 @@ fn own_tokenizer_same_class() {
     }
     eprintln!("same class as spaCy on {agree}/{count} texts");
     assert!(agree * 100 >= count * 95, "{agree}/{count}");
-    // Through the trait object, on (prompt, response) pairs.
-    let r: Box<dyn Reward> = Box::new(tc);
+    // Through the trait object: the text scored is query + response.
+    let want = [tc.predict("I loved it."), tc.predict("I hated it.")];
+    let ctx = SentimentContext::new("I ");
+    let r: Box<dyn Reward<SentimentContext>> = Box::new(tc.clone());
     let s = r
-        .score(&[("p", "I loved it."), ("p", "I hated it.")])
+        .score(&[
+            Sample::new("prompt", "loved it.", &ctx),
+            Sample::new("prompt", "hated it.", &ctx),
+        ])
         .expect("scores");
+    assert_eq!(s, [want[0].logit, want[1].logit]);
     assert!(s[0] > 0.0 && s[1] < 0.0, "{s:?}");
+    let p = tc
+        .with_score(TextCatScore::Probability)
+        .score_texts(&["I loved it.", "I hated it."])
+        .expect("scores");
+    assert_eq!(p, [want[0].p_pos, want[1].p_pos]);
+    assert!(p[0] > 0.5 && p[1] < 0.5, "{p:?}");
 }
