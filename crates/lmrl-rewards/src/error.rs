@@ -5,7 +5,8 @@ use std::path::PathBuf;
 ///
 /// Variants name the file and the field (or tensor) involved and what was expected, so that a
 /// user can fix a broken or mismatched asset without reading the code.
-/// `#[non_exhaustive]`: new rewards may need new variants.
+/// `#[non_exhaustive]`: new rewards may need new variants, and the `Model` variant exists only
+/// with the `distilbert` feature.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RewardError {
@@ -27,6 +28,7 @@ pub enum RewardError {
         path: PathBuf,
         hint: String,
     },
+    #[cfg(feature = "distilbert")]
     #[error("model error: {0}")]
     Model(#[from] lmrl_models::ModelError),
     #[error("tokenizer {path}: {reason}")]

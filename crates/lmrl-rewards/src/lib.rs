@@ -12,14 +12,15 @@
 //!     POS-vs-NEG logit, or P(POS) with [`TextCatScore::Probability`]), with a spaCy-like English
 //!     tokenizer ([`SpacyTokenizer`]);
 //!   - [`Vader`]: the VADER lexicon scorer (score = VADER's compound value in [−1, 1]);
-//!   - [`DistilBertReward`]: `DistilBertForSequenceClassification` in burn (score = the
-//!     POSITIVE logit).
+//!   - `DistilBertReward` (cargo feature `distilbert`): `DistilBertForSequenceClassification`
+//!     in burn (score = the POSITIVE logit).
 //! - [`AnswerContext`] (the ground-truth answer): [`AnswerChecker`], the GSM8K exact-match
 //!   checker (score = 1.0 or 0.0), built on [`check_answer`] and [`extract_response_answer`].
 //!
+//! Without the `distilbert` feature the crate depends on neither burn nor lmrl-models.
+//!
 //! Assets (weights, lexicons) are never bundled: they are loaded from a path, by default under
 //! `~/.cache/lmrl/` (see [`default_asset_dir`]).
-mod distilbert;
 mod error;
 mod gsm8k;
 mod hash;
@@ -28,6 +29,10 @@ mod textcat;
 mod tokenize;
 mod vader;
 
+#[cfg(feature = "distilbert")]
+mod distilbert;
+
+#[cfg(feature = "distilbert")]
 pub use distilbert::{
     BertTokenizer, DistilBert, DistilBertConfig, DistilBertReward, load_distilbert,
 };

@@ -1,4 +1,5 @@
 //! DistilBERT classifier logits against transformers (`tests/fixtures/distilbert-tiny`).
+//! Built only with the `distilbert` feature (`required-features` in Cargo.toml).
 mod common;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
