@@ -16,6 +16,8 @@
 //! - **Comparison**: exact rational equality on arbitrary-precision integers
 //!   (`n₁·d₂ = n₂·d₁`), so `0.75 = 3/4`, `1,000 = 1000.00`, `-0 = 0`, and numbers far beyond
 //!   i64/f64 compare exactly without overflow.
+use num_bigint::{BigInt, BigUint, Sign};
+
 use crate::{AnswerContext, Reward, RewardError, Sample};
 
 /// Marker after which a GSM8K solution states its final answer.
@@ -23,31 +25,22 @@ pub(crate) const ANSWER_MARKER: &str = "####";
 /// Where an invented follow-up question starts; the response is cut there.
 pub(crate) const CONTINUATION_MARKER: &str = "Question:";
 
-/// An exact rational number parsed from text: `sign · num / den` with `den > 0`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An exact rational number parsed from text: `num / den` with `den > 0`, not reduced (so no
+/// structural equality: `1/2` and `2/4` differ as fields but are equal values).
+#[derive(Debug, Clone)]
 pub(crate) struct Number {
-    negative: bool,
-    /// Numerator digits (ASCII, no leading zeros; "0" for zero).
-    num: String,
-    /// Denominator digits (ASCII, no leading zeros, not zero).
-    den: String,
+    num: BigInt,
+    den: BigInt,
     /// Canonical text: `-`?int(`.`frac)? or `-`?num`/`den.
     canonical: String,
 }
 
 impl Number {
-    fn is_zero(&self) -> bool {
-        self.num == "0"
-    }
-
-    /// Exact equality of the two rationals.
+    /// Exact equality of the two rationals by cross-multiplication. Not `num_rational::Ratio`:
+    /// its equality either reduces by a binary gcd or compares continued fractions recursively,
+    /// both far slower on long digit runs than one product (see `docs/rewards.md`).
     pub(crate) fn value_eq(&self, other: &Number) -> bool {
-        if self.is_zero() || other.is_zero() {
-            return self.is_zero() && other.is_zero();
-        }
-        self.negative == other.negative
-            && BigUint::from_digits(&self.num).mul(&BigUint::from_digits(&other.den))
-                == BigUint::from_digits(&other.num).mul(&BigUint::from_digits(&self.den))
+        &self.num * &other.den == &other.num * &self.den
     }
 }
 
@@ -165,10 +158,14 @@ fn make_number(negative: bool, int: &str, frac: &str, den: Option<&str>) -> Opti
     };
     let negative = negative && num != "0";
     let canonical = if negative { format!("-{body}") } else { body };
+    // The parser only collects ASCII digits, so these parses cannot fail; `?` keeps that an
+    // invariant of the parser rather than a panic here.
+    let sign = if negative { Sign::Minus } else { Sign::Plus };
+    let num = BigInt::from_biguint(sign, BigUint::parse_bytes(num.as_bytes(), 10)?);
+    let den = BigInt::parse_bytes(den_digits.as_bytes(), 10)?;
     Some(Number {
-        negative,
         num,
-        den: den_digits,
+        den,
         canonical,
     })
 }
@@ -263,63 +260,6 @@ impl Reward<AnswerContext> for AnswerChecker {
     }
 }
 
-/// Minimal arbitrary-precision natural numbers (base 10⁹ limbs, little endian) for the exact
-/// cross-multiplication; only construction, multiplication and equality are needed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct BigUint(Vec<u32>);
-
-impl BigUint {
-    const BASE: u64 = 1_000_000_000;
-
-    fn from_digits(digits: &str) -> Self {
-        let b = digits.as_bytes();
-        let mut limbs = Vec::with_capacity(b.len() / 9 + 1);
-        let mut end = b.len();
-        while end > 0 {
-            let start = end.saturating_sub(9);
-            let v = b[start..end].iter().fold(0u32, |acc, d| {
-                acc * 10 + u32::from(d.wrapping_sub(b'0') % 10)
-            });
-            limbs.push(v);
-            end = start;
-        }
-        let mut n = Self(limbs);
-        n.trim();
-        n
-    }
-
-    fn trim(&mut self) {
-        while self.0.last() == Some(&0) {
-            self.0.pop();
-        }
-    }
-
-    fn mul(&self, other: &Self) -> Self {
-        if self.0.is_empty() || other.0.is_empty() {
-            return Self(Vec::new());
-        }
-        let mut acc = vec![0u64; self.0.len() + other.0.len() + 1];
-        for (i, &a) in self.0.iter().enumerate() {
-            let mut carry = 0u64;
-            for (j, &b) in other.0.iter().enumerate() {
-                let cur = acc[i + j] + u64::from(a) * u64::from(b) + carry;
-                acc[i + j] = cur % Self::BASE;
-                carry = cur / Self::BASE;
-            }
-            let mut k = i + other.0.len();
-            while carry > 0 {
-                let cur = acc[k] + carry;
-                acc[k] = cur % Self::BASE;
-                carry = cur / Self::BASE;
-                k += 1;
-            }
-        }
-        let mut n = Self(acc.into_iter().map(|v| v as u32).collect());
-        n.trim();
-        n
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,20 +341,6 @@ mod tests {
             Some(1.0)
         );
         assert!(check_answer("5", "no answer").is_err());
-    }
-
-    #[test]
-    fn bigint_mul() {
-        let a = BigUint::from_digits("999999999999");
-        let b = BigUint::from_digits("1000000001");
-        assert_eq!(a.mul(&b), BigUint::from_digits("1000000000998999999999"));
-        assert_eq!(BigUint::from_digits("000"), BigUint::from_digits("0"));
-        let c = BigUint::from_digits("123456789123456789");
-        let d = BigUint::from_digits("987654321987654321");
-        assert_eq!(
-            c.mul(&d),
-            BigUint::from_digits("121932631356500531347203169112635269")
-        );
     }
 
     #[test]
