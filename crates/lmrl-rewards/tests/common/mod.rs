@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests (not a test target itself).
+//! Code common to the integration tests (not a test target itself).
 #![allow(dead_code)]
 use std::path::PathBuf;
 
