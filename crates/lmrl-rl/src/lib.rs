@@ -7,6 +7,7 @@
 
 pub mod cory;
 pub mod error;
+pub mod group;
 pub mod ppo;
 pub mod util;
 
