@@ -12,6 +12,7 @@
 
 mod cory;
 mod error;
+pub mod group;
 mod learner;
 pub mod ppo;
 mod util;
