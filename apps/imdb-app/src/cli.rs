@@ -34,6 +34,27 @@ pub enum Command {
     /// subdirectories and draw the reward–KL frontier (mean ± std over seeds). Finished runs are
     /// skipped and interrupted ones resumed, so rerunning the same command continues a sweep.
     Sweep(SweepArgs),
+    /// Compare PPO and CORY over a directory of finished runs (each `config.toml` +
+    /// `metrics.csv`), every copy in the plain-query (pioneer) format: KL at matched task
+    /// reward, paired KL ratio, reward gap, combined-reward trend, LLM1 vs LLM2, each with a 95%
+    /// interval over seeds. Writes `analysis.md`, `analysis.json` and mean ± std curves.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// Directory of run directories (e.g. docs/results/data/main).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Where to write the report and plots (default: `--data`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The last this many iterations make the "final" numbers.
+    #[arg(long, default_value_t = 10)]
+    pub tail: usize,
+    /// Moving-average window over iterations for the matched-reward fit.
+    #[arg(long, default_value_t = 5)]
+    pub smoothing: usize,
 }
 
 /// A training run: its settings and where it lives.
@@ -112,6 +133,10 @@ pub struct SweepArgs {
     /// Frontier points average the last this many iterations of each run.
     #[arg(long, default_value_t = 3)]
     pub tail: usize,
+    /// Also copy each finished run's `config.toml` and `metrics.csv` into `DIR/<run>/` (the
+    /// small files a results page commits).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Settings shared by every run. `--out` is the sweep directory (default runs/sweep: one
     /// subdirectory per run, the frontier plot and CSV at the top); `--algo`,
     /// `--init-kl-coef`, `--seed` and `--resume` are set by the sweep itself.

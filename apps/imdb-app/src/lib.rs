@@ -4,10 +4,12 @@
 //! The task ([`task::ImdbTask`]) supplies prompts, the sentiment reward and CORY's observer
 //! template to `lmrl_train`'s loop; `main.rs` dispatches the command line. See
 //! `docs/imdb-app.md`.
+pub mod analyze;
 pub mod cli;
 pub mod config;
 pub mod generate;
 pub mod score;
+pub mod stats;
 pub mod sweep;
 pub mod task;
 
@@ -29,6 +31,7 @@ pub fn run(matches: &ArgMatches) -> Result<ExitCode> {
         (Some(Command::Score(args)), _) => score::run(&args),
         (Some(Command::Generate(args)), _) => generate::run(&args),
         (Some(Command::Sweep(args)), Some((_, sub))) => sweep::run(sub, &args),
+        (Some(Command::Analyze(args)), _) => analyze::run(&args),
         (Some(_), None) => unreachable!("clap gives a subcommand's matches with the subcommand"),
     }
 }

@@ -24,7 +24,9 @@ fn finished(dir: &Path, iterations: usize) -> bool {
         .is_some_and(|n| n as usize >= iterations)
 }
 
-/// Mean of `task_reward` and `kl` over every agent's rows of the last `tail` iterations.
+/// Mean of the plain-query (pioneer-format) task reward and KL over every copy's rows of the
+/// last `tail` iterations: a CORY observer's own reward and KL are measured on its merged
+/// prompt and are not comparable with a PPO policy's.
 fn tail_point(dir: &Path, tail: usize) -> Result<(f64, f64)> {
     let rows = read_rows(&dir.join("metrics.csv"))?;
     let last = rows.iter().map(|r| r.iteration).max().unwrap_or(0);
@@ -35,8 +37,8 @@ fn tail_point(dir: &Path, tail: usize) -> Result<(f64, f64)> {
     }
     let n = sel.len() as f64;
     Ok((
-        sel.iter().map(|r| r.task_reward).sum::<f64>() / n,
-        sel.iter().map(|r| r.kl).sum::<f64>() / n,
+        sel.iter().map(|r| r.pioneer_task_reward).sum::<f64>() / n,
+        sel.iter().map(|r| r.pioneer_kl).sum::<f64>() / n,
     ))
 }
 
@@ -89,8 +91,12 @@ fn forced(algo: lmrl_train::Algo, kl: f64, seed: u64) -> toml::Table {
     run.insert("seed".into(), (seed as i64).into());
     let mut ppo = toml::Table::new();
     ppo.insert("init_kl_coef".into(), kl.into());
+    // Every copy is also measured on the plain query, so the frontier compares like with like.
+    let mut cory = toml::Table::new();
+    cory.insert("pioneer_format_metrics".into(), true.into());
     t.insert("run".into(), run.into());
     t.insert("ppo".into(), ppo.into());
+    t.insert("cory".into(), cory.into());
     t
 }
 
@@ -152,6 +158,9 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
                         }
                     }
                 }
+                if let Some(data) = &args.data_dir {
+                    copy_small_files(&dir, &data.join(dir.file_name().unwrap_or_default()))?;
+                }
                 let setting = if args.init_kl_coefs.len() > 1 {
                     format!("{} β₀={kl}", algo.name())
                 } else {
@@ -185,4 +194,19 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
     }
     eprintln!("sweep done: {}/frontier.png", root.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copies a finished run's `config.toml` and `metrics.csv` into `to`.
+fn copy_small_files(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for f in ["config.toml", "metrics.csv"] {
+        std::fs::copy(from.join(f), to.join(f)).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot copy {} to {}: {e}",
+                from.join(f).display(),
+                to.display()
+            )
+        })?;
+    }
+    Ok(())
 }

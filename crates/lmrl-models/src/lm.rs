@@ -105,7 +105,7 @@ pub trait CausalLm: Module + ModuleDisplay + 'static {
 }
 
 /// `[B, S, V]` logits of `[B, S, H]` hidden states through `model`'s head.
-pub fn logits_at_every_position<M: CausalLm + ?Sized>(model: &M, hidden: Tensor<3>) -> Tensor<3> {
+pub fn logits_at_every_position<M: CausalLm>(model: &M, hidden: Tensor<3>) -> Tensor<3> {
     let [b, s, h] = hidden.dims();
     model
         .lm_head(hidden.reshape([b * s, h]))

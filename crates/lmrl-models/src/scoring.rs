@@ -200,7 +200,7 @@ pub struct RefScored {
 /// are never read (≈ 70% of the head for CORY's observer, whose merged prompt is ~80 tokens).
 /// Pure tensor ops, so on autodiff tensors the gradient flows back into `hidden` and the head;
 /// index tensors are built on `hidden.device()`.
-pub fn response_logprobs<M: CausalLm + ?Sized>(
+pub fn response_logprobs<M: CausalLm>(
     model: &M,
     hidden: Tensor<3>,
     batch: &QueryResponseBatch,

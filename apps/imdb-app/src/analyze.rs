@@ -1,0 +1,339 @@
+//! `imdb-app analyze`: the PPO-vs-CORY comparison of a directory of finished runs (each a
+//! subdirectory with its `config.toml` and `metrics.csv`), in the pioneer (plain-query) format
+//! for every copy: the KL ratio at matched task reward (primary), the paired KL ratio over the
+//! last iterations, the reward gap, the trend of the combined reward, and LLM1 against LLM2.
+//! Writes `analysis.md`, `analysis.json` and the mean ± std curves.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use lmrl_runs::{CurveGroup, MetricRow, atomic_write, plot_curves, read_rows};
+use lmrl_train::{Algo, read_config};
+use serde::Serialize;
+
+use crate::cli::AnalyzeArgs;
+use crate::config::ImdbConfig;
+use crate::stats::{
+    Interval, RunPoints, kl_ratio_at_matched_reward, mean_ci, paired_ratio, slope, smooth,
+};
+
+/// One run read back: its settings and its rows.
+struct Run {
+    name: String,
+    config: ImdbConfig,
+    rows: Vec<MetricRow>,
+}
+
+impl Run {
+    fn cory(&self) -> bool {
+        self.config.run.algo == Algo::Cory
+    }
+
+    /// Per iteration, the mean over the run's copies of the plain-query (pioneer-format) task
+    /// reward, KL and reward − β·KL; for CORY both copies, each measured answering the plain
+    /// query (`pioneer_format_metrics`).
+    fn curve(&self) -> Vec<(usize, f64, f64, f64)> {
+        let mut by_it: BTreeMap<usize, Vec<&MetricRow>> = BTreeMap::new();
+        for r in &self.rows {
+            by_it.entry(r.iteration).or_default().push(r);
+        }
+        by_it
+            .into_iter()
+            .map(|(it, rs)| {
+                let n = rs.len() as f64;
+                let reward = rs.iter().map(|r| r.pioneer_task_reward).sum::<f64>() / n;
+                let kl = rs.iter().map(|r| r.pioneer_kl).sum::<f64>() / n;
+                let combined = rs
+                    .iter()
+                    .map(|r| r.pioneer_task_reward - r.beta * r.pioneer_kl)
+                    .sum::<f64>()
+                    / n;
+                (it, reward, kl, combined)
+            })
+            .collect()
+    }
+
+    /// The copy `agent`'s plain-query (reward, KL) means over the last `tail` iterations.
+    fn tail_of(&self, agent: &str, tail: usize) -> (f64, f64) {
+        let last = self.rows.iter().map(|r| r.iteration).max().unwrap_or(0);
+        let from = (last + 1).saturating_sub(tail);
+        let sel: Vec<&MetricRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.agent == agent && r.iteration >= from)
+            .collect();
+        let n = sel.len().max(1) as f64;
+        (
+            sel.iter().map(|r| r.pioneer_task_reward).sum::<f64>() / n,
+            sel.iter().map(|r| r.pioneer_kl).sum::<f64>() / n,
+        )
+    }
+}
+
+fn read_runs(dir: &Path) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("metrics.csv").is_file() && p.join("config.toml").is_file())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let config: ImdbConfig = read_config(&p.join("config.toml"))?;
+        if config.run.algo == Algo::Cory && !config.cory.pioneer_format_metrics {
+            bail!(
+                "{}: a CORY run without `pioneer_format_metrics` has no plain-query measurement \
+                 of its observer; rerun it with --pioneer-format-metrics true",
+                p.display()
+            );
+        }
+        runs.push(Run {
+            name: p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            rows: read_rows(&p.join("metrics.csv"))?,
+            config,
+        });
+    }
+    if runs.is_empty() {
+        bail!(
+            "{} holds no run directories (config.toml + metrics.csv)",
+            dir.display()
+        );
+    }
+    Ok(runs)
+}
+
+/// What the analysis reports.
+#[derive(Debug, Serialize)]
+struct Report {
+    runs: Vec<String>,
+    seeds_ppo: Vec<u64>,
+    seeds_cory: Vec<u64>,
+    tail: usize,
+    smoothing: usize,
+    /// CORY / PPO KL at matched task reward (exp of the algorithm coefficient of
+    /// log KL ~ reward + algorithm), 95% cluster-bootstrap interval over seeds.
+    kl_ratio_matched: Option<Ival>,
+    /// PPO / CORY mean KL over the last `tail` iterations, paired by seed (geometric mean, t
+    /// interval on the log ratios).
+    kl_ratio_paired_ppo_over_cory: Option<Ival>,
+    reward_tail: BTreeMap<&'static str, Ival>,
+    kl_tail: BTreeMap<&'static str, Ival>,
+    /// PPO − CORY task reward over the last `tail` iterations, paired by seed.
+    reward_gap_ppo_minus_cory: Option<Ival>,
+    /// Least-squares slope of the combined reward r − β·KL over iterations (per run, then the
+    /// mean over seeds with its t interval).
+    combined_slope: BTreeMap<&'static str, Ival>,
+    /// CORY's LLM1 − LLM2 over the last `tail` iterations (plain-query format), paired by seed.
+    llm1_minus_llm2_reward: Option<Ival>,
+    llm1_minus_llm2_kl: Option<Ival>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Ival {
+    estimate: f64,
+    low: f64,
+    high: f64,
+}
+
+impl From<Interval> for Ival {
+    fn from(i: Interval) -> Self {
+        Self {
+            estimate: i.estimate,
+            low: i.low,
+            high: i.high,
+        }
+    }
+}
+
+fn label(cory: bool) -> &'static str {
+    if cory { "cory" } else { "ppo" }
+}
+
+fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
+    let (cory, ppo): (Vec<&Run>, Vec<&Run>) = runs.iter().partition(|r| r.cory());
+    let points: Vec<RunPoints> = runs
+        .iter()
+        .map(|r| {
+            let c = r.curve();
+            let rewards: Vec<f64> = c.iter().map(|p| p.1).collect();
+            let kls: Vec<f64> = c.iter().map(|p| p.2).collect();
+            RunPoints {
+                cory: r.cory(),
+                seed: r.config.run.seed,
+                points: smooth(&rewards, smoothing)
+                    .into_iter()
+                    .zip(smooth(&kls, smoothing))
+                    .collect(),
+            }
+        })
+        .collect();
+    let tail_means = |r: &Run| -> (f64, f64) {
+        let c = r.curve();
+        let t: Vec<_> = c.iter().rev().take(tail).collect();
+        let n = t.len().max(1) as f64;
+        (
+            t.iter().map(|p| p.1).sum::<f64>() / n,
+            t.iter().map(|p| p.2).sum::<f64>() / n,
+        )
+    };
+    let by_seed = |rs: &[&Run]| -> BTreeMap<u64, (f64, f64)> {
+        rs.iter()
+            .map(|r| (r.config.run.seed, tail_means(r)))
+            .collect()
+    };
+    let (ps, cs) = (by_seed(&ppo), by_seed(&cory));
+    // (seed, PPO's (reward, KL), CORY's (reward, KL)) of each seed both ran.
+    type Pair = (u64, (f64, f64), (f64, f64));
+    let paired: Vec<Pair> = ps
+        .iter()
+        .filter_map(|(s, p)| cs.get(s).map(|c| (*s, *p, *c)))
+        .collect();
+    let ival = |xs: Vec<f64>| (xs.len() > 1).then(|| Ival::from(mean_ci(&xs)));
+    let mut reward_tail = BTreeMap::new();
+    let mut kl_tail = BTreeMap::new();
+    let mut combined_slope = BTreeMap::new();
+    for (is_cory, group) in [(false, &ppo), (true, &cory)] {
+        let l = label(is_cory);
+        if let Some(i) = ival(group.iter().map(|r| tail_means(r).0).collect()) {
+            reward_tail.insert(l, i);
+        }
+        if let Some(i) = ival(group.iter().map(|r| tail_means(r).1).collect()) {
+            kl_tail.insert(l, i);
+        }
+        let slopes: Vec<f64> = group
+            .iter()
+            .filter_map(|r| {
+                let c: Vec<(f64, f64)> = r.curve().iter().map(|p| (p.0 as f64, p.3)).collect();
+                slope(&c)
+            })
+            .collect();
+        if let Some(i) = ival(slopes) {
+            combined_slope.insert(l, i);
+        }
+    }
+    let llm =
+        |agent: &str| -> Vec<(f64, f64)> { cory.iter().map(|r| r.tail_of(agent, tail)).collect() };
+    let (l1, l2) = (llm("llm1"), llm("llm2"));
+    Report {
+        runs: runs.iter().map(|r| r.name.clone()).collect(),
+        seeds_ppo: ps.keys().copied().collect(),
+        seeds_cory: cs.keys().copied().collect(),
+        tail,
+        smoothing,
+        kl_ratio_matched: (!ppo.is_empty() && cory.len() + ppo.len() > 2)
+            .then(|| kl_ratio_at_matched_reward(&points, 2000, 0))
+            .flatten()
+            .map(Ival::from),
+        kl_ratio_paired_ppo_over_cory: (paired.len() > 1).then(|| {
+            Ival::from(paired_ratio(
+                &paired
+                    .iter()
+                    .map(|(_, p, c)| (p.1, c.1))
+                    .collect::<Vec<_>>(),
+            ))
+        }),
+        reward_tail,
+        kl_tail,
+        reward_gap_ppo_minus_cory: ival(paired.iter().map(|(_, p, c)| p.0 - c.0).collect()),
+        combined_slope,
+        llm1_minus_llm2_reward: ival(l1.iter().zip(&l2).map(|(a, b)| a.0 - b.0).collect()),
+        llm1_minus_llm2_kl: ival(l1.iter().zip(&l2).map(|(a, b)| a.1 - b.1).collect()),
+    }
+}
+
+fn fmt(i: &Option<Ival>) -> String {
+    match i {
+        Some(i) => format!("{:.3} [{:.3}, {:.3}]", i.estimate, i.low, i.high),
+        None => "—".into(),
+    }
+}
+
+fn markdown(r: &Report) -> String {
+    let g = |m: &BTreeMap<&str, Ival>, k: &str| fmt(&m.get(k).copied());
+    format!(
+        "| quantity (plain-query format, 95% interval over seeds) | value |\n|---|---|\n\
+         | runs | {} (PPO seeds {:?}, CORY seeds {:?}) |\n\
+         | CORY / PPO KL at matched task reward (log-KL fit, smoothing {}) | {} |\n\
+         | PPO / CORY KL, last {} iterations, paired by seed | {} |\n\
+         | task reward, last {} iterations: PPO | {} |\n\
+         | task reward, last {} iterations: CORY | {} |\n\
+         | PPO − CORY task reward, paired by seed | {} |\n\
+         | KL, last {} iterations: PPO | {} |\n\
+         | KL, last {} iterations: CORY | {} |\n\
+         | slope of r − β·KL per iteration: PPO | {} |\n\
+         | slope of r − β·KL per iteration: CORY | {} |\n\
+         | CORY LLM1 − LLM2 task reward, last {} | {} |\n\
+         | CORY LLM1 − LLM2 KL, last {} | {} |\n",
+        r.runs.len(),
+        r.seeds_ppo,
+        r.seeds_cory,
+        r.smoothing,
+        fmt(&r.kl_ratio_matched),
+        r.tail,
+        fmt(&r.kl_ratio_paired_ppo_over_cory),
+        r.tail,
+        g(&r.reward_tail, "ppo"),
+        r.tail,
+        g(&r.reward_tail, "cory"),
+        fmt(&r.reward_gap_ppo_minus_cory),
+        r.tail,
+        g(&r.kl_tail, "ppo"),
+        r.tail,
+        g(&r.kl_tail, "cory"),
+        g(&r.combined_slope, "ppo"),
+        g(&r.combined_slope, "cory"),
+        r.tail,
+        fmt(&r.llm1_minus_llm2_reward),
+        r.tail,
+        fmt(&r.llm1_minus_llm2_kl),
+    )
+}
+
+/// The mean ± std curves of every algorithm (plain-query format) into `out`.
+fn curves(runs: &[Run], out: &Path) -> Result<()> {
+    type Pick = fn(&(usize, f64, f64, f64)) -> f64;
+    let quantities: [(&str, &str, Pick); 3] = [
+        ("task_reward", "task reward (plain query)", |p| p.1),
+        ("kl", "KL (nats, plain query)", |p| p.2),
+        ("combined_reward", "r − β·KL (plain query)", |p| p.3),
+    ];
+    for (name, ylabel, pick) in quantities {
+        let mut groups: Vec<CurveGroup> = Vec::new();
+        for cory in [false, true] {
+            let series: Vec<Vec<(f64, f64)>> = runs
+                .iter()
+                .filter(|r| r.cory() == cory)
+                .map(|r| r.curve().iter().map(|p| (p.0 as f64, pick(p))).collect())
+                .collect();
+            if !series.is_empty() {
+                groups.push(CurveGroup {
+                    label: label(cory).into(),
+                    runs: series,
+                });
+            }
+        }
+        plot_curves(&groups, out, &format!("curves_{name}"), ylabel)?;
+    }
+    Ok(())
+}
+
+/// Runs the `analyze` command.
+pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
+    let runs = read_runs(&args.data)?;
+    let report = analyse(&runs, args.tail, args.smoothing);
+    let out = args.out.clone().unwrap_or_else(|| args.data.clone());
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let md = markdown(&report);
+    atomic_write(&out.join("analysis.md"), md.as_bytes())?;
+    atomic_write(
+        &out.join("analysis.json"),
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
+    curves(&runs, &out)?;
+    print!("{md}");
+    Ok(ExitCode::SUCCESS)
+}
