@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use half::{bf16, f16};
 use lmrl_models::gguf::{
-    GgmlType, GgufFile, GgufMetadata, dequantize, hf_tensor_name, llama_hf_config_json,
-    permute_rope_rows, unpermute_rope_rows,
+    GgmlType, GgufFile, GgufMetadata, dequantize, hf_tensor_name, llama_config, permute_rope_rows,
+    unpermute_rope_rows,
 };
 use lmrl_models::{
     LmTokenizer, ModelConfig, ModelError, TensorMap, causal_lm_from_tensors, load_causal_lm,
@@ -591,7 +591,114 @@ fn custom_alignment_is_honoured() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Counts, lengths and offsets in the container are checked before anything is sized from them.
+// Numbers from the metadata are checked against their domain, and against the tensors the
+// file holds, before anything is sized from them.
+
+/// The `(field, reason)` of the Config error that every way of reading `path` must give: the
+/// header-only config, `read_gguf` and `load_causal_lm`.
+fn config_error_everywhere(path: &Path) -> (String, String) {
+    let via_header = GgufMetadata::read(path).and_then(|m| llama_config(&m));
+    let via_read = read_gguf(path).map(|_| ());
+    let via_load = load_causal_lm(path, &Device::flex()).map(|_| ());
+    let mut found = Vec::new();
+    for r in [via_header.map(|_| ()), via_read, via_load] {
+        match r {
+            Err(ModelError::Config {
+                path: p,
+                field,
+                reason,
+            }) => {
+                assert_eq!(p, path);
+                found.push((field, reason));
+            }
+            other => panic!("{}: expected a Config error, got {other:?}", path.display()),
+        }
+    }
+    assert!(found.windows(2).all(|w| w[0] == w[1]), "{found:?}");
+    found.remove(0)
+}
+
+#[test]
+fn out_of_domain_metadata_is_a_config_error_naming_the_key() {
+    let eps = "llama.attention.layer_norm_rms_epsilon";
+    let theta = "llama.rope.freq_base";
+    let cases: Vec<(&str, Val, &str)> = vec![
+        // The layer count that used to abort the process in `Vec::with_capacity`.
+        ("llama.block_count", Val::U32(1 << 31), "outside 1..="),
+        ("llama.block_count", Val::U32(0), "outside 1..="),
+        (
+            "llama.block_count",
+            Val::I32(-2),
+            "expected an unsigned integer, found INT32",
+        ),
+        ("llama.block_count", Val::Str("2".into()), "found STRING"),
+        ("llama.embedding_length", Val::U32(0), "outside 1..="),
+        ("llama.embedding_length", Val::U64(u64::MAX), "outside 1..="),
+        ("llama.feed_forward_length", Val::U32(0), "outside 1..="),
+        (
+            "llama.feed_forward_length",
+            Val::U64(1 << 40),
+            "outside 1..=",
+        ),
+        ("llama.attention.head_count", Val::U32(0), "outside 1..="),
+        // 2 KV heads divide 6 heads, but 6 heads do not divide the width 64.
+        (
+            "llama.attention.head_count",
+            Val::U32(6),
+            "must divide hidden_size 64",
+        ),
+        (
+            "llama.attention.head_count_kv",
+            Val::U32(3),
+            "must divide num_attention_heads 4",
+        ),
+        ("llama.attention.head_count_kv", Val::U32(0), "must divide"),
+        ("llama.attention.key_length", Val::U32(15), "must be even"),
+        ("llama.attention.key_length", Val::U32(0), "outside 1..="),
+        ("llama.context_length", Val::U32(0), "outside 1..="),
+        ("llama.context_length", Val::U64(1 << 40), "outside 1..="),
+        ("llama.vocab_size", Val::U32(0), "outside 1..="),
+        // The epsilon that used to panic inside burn's RMSNorm.
+        (eps, Val::F32(-1.0), "finite number > 0"),
+        (eps, Val::F32(0.0), "finite number > 0"),
+        (eps, Val::F32(f32::NAN), "finite number > 0"),
+        (eps, Val::F32(f32::INFINITY), "finite number > 0"),
+        (eps, Val::Str("1e-5".into()), "expected a number"),
+        (theta, Val::F32(0.0), "finite number > 0"),
+        (theta, Val::F32(-10000.0), "finite number > 0"),
+        (theta, Val::F32(f32::NAN), "finite number > 0"),
+        (
+            "tokenizer.ggml.eos_token_id",
+            Val::U32(1000),
+            "outside the vocabulary of 1000",
+        ),
+        (
+            "tokenizer.ggml.bos_token_id",
+            Val::U64(1 << 40),
+            "not a token id",
+        ),
+        // Within their domains, but not what the file's tensors are.
+        ("llama.block_count", Val::U32(3), "no tensors for block 2"),
+        (
+            "llama.vocab_size",
+            Val::U32(999),
+            "does not match token_embd.weight",
+        ),
+        (
+            "llama.embedding_length",
+            Val::U32(32),
+            "does not match token_embd.weight",
+        ),
+    ];
+    for (i, (key, val, expect)) in cases.into_iter().enumerate() {
+        let (mut b, _) = llama_tiny_builder();
+        b.set(key, val.clone());
+        let path = tmp_file(&format!("bad-meta-{i}.gguf"), &b.build());
+        let (field, reason) = config_error_everywhere(&path);
+        assert_eq!(field, key, "{val:?}: {reason}");
+        assert!(reason.contains(expect), "{key} = {val:?}: {reason}");
+    }
+}
 
 #[test]
 fn unsupported_tensor_type_anywhere_in_the_file_is_named() {
@@ -847,7 +954,7 @@ fn smollm2_start_up_reads_the_file_once() {
         return;
     };
     let meta = GgufMetadata::read(&path).unwrap();
-    llama_hf_config_json(&meta).unwrap();
+    llama_config(&meta).unwrap();
     LmTokenizer::load_for_model(&path).unwrap();
     let r1 = thread_bytes_read().unwrap();
     read_gguf(&path).unwrap();

@@ -1,9 +1,10 @@
 //! llama.cpp's Llama layout mapped back to Hugging Face's: tensor names, the Q/K row order
 //! of RoPE, and the configuration from the metadata, so that a GGUF checkpoint reaches the
-//! model as the same [`TensorMap`] and configuration a safetensors one would.
+//! model as the same [`TensorMap`] and [`LlamaConfig`] a safetensors one would.
+use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::config::ModelConfig;
+use crate::config::{ConfigIssue, LlamaConfig, ModelConfig};
 use crate::error::{ModelError, Result};
 use crate::tensors::TensorMap;
 
@@ -109,14 +110,63 @@ pub fn permute_rope_rows(
     Some(out)
 }
 
-/// The HF `config.json` equivalent of a llama.cpp Llama GGUF's metadata.
+/// The GGUF key of each `config.json` field, so that a value outside its domain is reported
+/// under the name it has in the file.
+const GGUF_KEYS: &[(&str, &str)] = &[
+    ("vocab_size", "llama.vocab_size"),
+    ("hidden_size", "llama.embedding_length"),
+    ("intermediate_size", "llama.feed_forward_length"),
+    ("num_hidden_layers", "llama.block_count"),
+    ("num_attention_heads", "llama.attention.head_count"),
+    ("num_key_value_heads", "llama.attention.head_count_kv"),
+    ("head_dim", "llama.attention.key_length"),
+    ("rms_norm_eps", "llama.attention.layer_norm_rms_epsilon"),
+    ("rope_theta", "llama.rope.freq_base"),
+    ("max_position_embeddings", "llama.context_length"),
+    ("bos_token_id", "tokenizer.ggml.bos_token_id"),
+    ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+];
+
+fn gguf_key(field: &str) -> &str {
+    GGUF_KEYS
+        .iter()
+        .find(|(hf, _)| *hf == field)
+        .map_or(field, |(_, key)| key)
+}
+
+/// A required size: an unsigned integer that fits in `usize`.
+fn size(meta: &GgufMetadata, key: &str) -> Result<usize> {
+    let v = meta.require_u64(key)?;
+    usize::try_from(v).map_err(|_| meta.config_err(key, format!("{v} does not fit in usize")))
+}
+
+fn opt_size(meta: &GgufMetadata, key: &str) -> Result<Option<usize>> {
+    meta.opt_u64(key)?
+        .map(|v| {
+            usize::try_from(v)
+                .map_err(|_| meta.config_err(key, format!("{v} does not fit in usize")))
+        })
+        .transpose()
+}
+
+fn token_id(meta: &GgufMetadata, key: &str) -> Result<Option<u32>> {
+    meta.opt_u64(key)?
+        .map(|v| {
+            u32::try_from(v).map_err(|_| meta.config_err(key, format!("{v} is not a token id")))
+        })
+        .transpose()
+}
+
+/// The [`LlamaConfig`] of a llama.cpp Llama GGUF, from its metadata alone, with every value
+/// checked against its domain ([`LlamaConfig::validate`]) and against the tensor infos (the
+/// blocks and the embedding the file holds); errors name the GGUF key.
 ///
 /// Keys (llama.cpp `LLM_KV_*`): `llama.context_length`, `.embedding_length`, `.block_count`,
 /// `.feed_forward_length`, `.attention.head_count`, `.attention.head_count_kv` (default: head
 /// count), `.attention.key_length` (default: embedding / heads), `.rope.freq_base` (default
 /// 10000), `.attention.layer_norm_rms_epsilon`; vocabulary size from `llama.vocab_size` or the
 /// length of `tokenizer.ggml.tokens`; tied embeddings when there is no `output.weight`.
-pub fn llama_hf_config_json(meta: &GgufMetadata) -> Result<serde_json::Value> {
+pub fn llama_config(meta: &GgufMetadata) -> Result<LlamaConfig> {
     let arch = meta
         .architecture()
         .ok_or_else(|| meta.config_err("general.architecture", "missing"))?;
@@ -134,36 +184,27 @@ pub fn llama_hf_config_json(meta: &GgufMetadata) -> Result<serde_json::Value> {
             format!("RoPE scaling `{t}` is not supported"),
         ));
     }
-    let hidden = meta.require_u64("llama.embedding_length")?;
-    let heads = meta.require_u64("llama.attention.head_count")?;
-    if heads == 0 || !hidden.is_multiple_of(heads) {
+    let heads = size(meta, "llama.attention.head_count")?;
+    let head_dim = opt_size(meta, "llama.attention.key_length")?;
+    if let (Some(k), Some(v)) = (head_dim, opt_size(meta, "llama.attention.value_length")?)
+        && k != v
+    {
         return Err(meta.config_err(
-            "llama.attention.head_count",
-            format!("{heads} heads do not divide embedding_length {hidden}"),
+            "llama.attention.value_length",
+            format!("{v} differs from key_length {k}, which is not supported"),
         ));
     }
-    let kv_heads = meta
-        .opt_u64("llama.attention.head_count_kv")?
-        .unwrap_or(heads);
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(meta.config_err(
-            "llama.attention.head_count_kv",
-            format!("{kv_heads} key/value heads do not divide {heads} heads"),
-        ));
-    }
-    let head_dim = meta
-        .opt_u64("llama.attention.key_length")?
-        .unwrap_or(hidden / heads);
-    let vocab = match meta.opt_u64("llama.vocab_size")? {
+    let vocab = match opt_size(meta, "llama.vocab_size")? {
         Some(v) => v,
         None => match meta
             .get("tokenizer.ggml.tokens")
             .and_then(GgufValue::as_array)
         {
-            Some(toks) => toks.len() as u64,
+            Some(toks) => toks.len(),
             None => meta
                 .tensor("token_embd.weight")
                 .and_then(|t| t.dims.get(1).copied())
+                .and_then(|d| usize::try_from(d).ok())
                 .ok_or_else(|| {
                     meta.config_err("llama.vocab_size", "missing, and no tokenizer.ggml.tokens")
                 })?,
@@ -172,36 +213,73 @@ pub fn llama_hf_config_json(meta: &GgufMetadata) -> Result<serde_json::Value> {
     let eps = meta
         .opt_f64("llama.attention.layer_norm_rms_epsilon")?
         .ok_or_else(|| meta.config_err("llama.attention.layer_norm_rms_epsilon", "missing"))?;
-    let rope_theta = meta.opt_f64("llama.rope.freq_base")?.unwrap_or(10000.0);
-    let tie = meta.tensor("output.weight").is_none();
-    let mut cfg = serde_json::json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_act": "silu",
-        "attention_bias": false,
-        "mlp_bias": false,
-        "vocab_size": vocab,
-        "hidden_size": hidden,
-        "intermediate_size": meta.require_u64("llama.feed_forward_length")?,
-        "num_hidden_layers": meta.require_u64("llama.block_count")?,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "rms_norm_eps": eps,
-        "rope_theta": rope_theta,
-        "max_position_embeddings": meta.require_u64("llama.context_length")?,
-        "tie_word_embeddings": tie,
-    });
-    for (key, field) in [
-        ("tokenizer.ggml.bos_token_id", "bos_token_id"),
-        ("tokenizer.ggml.eos_token_id", "eos_token_id"),
-        ("tokenizer.ggml.padding_token_id", "pad_token_id"),
-    ] {
-        if let Some(id) = meta.opt_u64(key)? {
-            cfg[field] = serde_json::json!(id);
-        }
+    let c = LlamaConfig {
+        vocab_size: vocab,
+        hidden_size: size(meta, "llama.embedding_length")?,
+        intermediate_size: size(meta, "llama.feed_forward_length")?,
+        num_hidden_layers: size(meta, "llama.block_count")?,
+        num_attention_heads: heads,
+        num_key_value_heads: opt_size(meta, "llama.attention.head_count_kv")?.unwrap_or(heads),
+        head_dim,
+        rms_norm_eps: eps,
+        rope_theta: meta.opt_f64("llama.rope.freq_base")?.unwrap_or(10000.0),
+        max_position_embeddings: size(meta, "llama.context_length")?,
+        tie_word_embeddings: meta.tensor("output.weight").is_none(),
+        bos_token_id: token_id(meta, "tokenizer.ggml.bos_token_id")?,
+        eos_token_id: token_id(meta, "tokenizer.ggml.eos_token_id")?,
+    };
+    c.validate()
+        .map_err(|ConfigIssue { field, reason }| meta.config_err(gguf_key(field), reason))?;
+    check_tensor_infos(meta, &c)?;
+    Ok(c)
+}
+
+/// The HF `config.json` equivalent of a llama.cpp Llama GGUF's metadata (see
+/// [`llama_config`], which checks it).
+pub fn llama_hf_config_json(meta: &GgufMetadata) -> Result<serde_json::Value> {
+    Ok(ModelConfig::Llama(llama_config(meta)?).to_hf_json())
+}
+
+/// Checks the configuration against the tensor infos: the file holds every block the
+/// configuration names, and the embedding has its shape.
+fn check_tensor_infos(meta: &GgufMetadata, c: &LlamaConfig) -> Result<()> {
+    let blocks: BTreeSet<usize> = meta
+        .tensors
+        .iter()
+        .filter_map(|t| t.name.strip_prefix("blk.")?.split_once('.')?.0.parse().ok())
+        .collect();
+    if let Some(missing) = (0..c.num_hidden_layers).find(|i| !blocks.contains(i)) {
+        return Err(meta.config_err(
+            "llama.block_count",
+            format!(
+                "{} blocks, but the file has no tensors for block {missing} (it has {} blocks)",
+                c.num_hidden_layers,
+                blocks.len()
+            ),
+        ));
     }
-    Ok(cfg)
+    let embd = meta
+        .tensor("token_embd.weight")
+        .ok_or_else(|| ModelError::MissingTensor {
+            path: meta.path.clone(),
+            tensor: "token_embd.weight".into(),
+        })?;
+    let expected = [c.hidden_size as u64, c.vocab_size as u64];
+    if embd.dims != expected {
+        let (field, value) = if embd.dims.get(1) != Some(&expected[1]) {
+            ("llama.vocab_size", c.vocab_size)
+        } else {
+            ("llama.embedding_length", c.hidden_size)
+        };
+        return Err(meta.config_err(
+            field,
+            format!(
+                "{value} does not match token_embd.weight, whose dims are {:?} (expected {expected:?})",
+                embd.dims
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads a Llama GGUF: an HF-style config, every tensor dequantised to f32 under its HF name in
@@ -223,11 +301,8 @@ pub fn read_gguf(path: &Path) -> Result<(ModelConfig, TensorMap, GgufMetadata)> 
             dtype: t.ggml_type.name(),
         });
     }
-    let config = ModelConfig::from_hf_json(path, &llama_hf_config_json(meta)?)?;
-    let heads = meta.require_u64("llama.attention.head_count")? as usize;
-    let kv_heads = meta
-        .opt_u64("llama.attention.head_count_kv")?
-        .map_or(heads, |v| v as usize);
+    let c = llama_config(meta)?;
+    let (heads, kv_heads) = (c.num_attention_heads, c.num_key_value_heads);
 
     let mut order: Vec<_> = meta.tensors.iter().collect();
     order.sort_by_key(|t| t.offset);
@@ -257,5 +332,5 @@ pub fn read_gguf(path: &Path) -> Result<(ModelConfig, TensorMap, GgufMetadata)> 
         }
         map.insert(name, t);
     }
-    Ok((config, map, file.meta))
+    Ok((ModelConfig::Llama(c), map, file.meta))
 }

@@ -17,6 +17,7 @@ pub mod reader;
 
 pub use dequant::{GgmlType, dequantize};
 pub use llama::{
-    hf_tensor_name, llama_hf_config_json, permute_rope_rows, read_gguf, unpermute_rope_rows,
+    hf_tensor_name, llama_config, llama_hf_config_json, permute_rope_rows, read_gguf,
+    unpermute_rope_rows,
 };
 pub use reader::{DEFAULT_ALIGNMENT, GgufFile, GgufMetadata, GgufTensorInfo, GgufValue};
