@@ -71,6 +71,140 @@ impl LlamaConfig {
     }
 }
 
+/// Upper bound on every width read from a checkpoint (vocabulary, hidden size, MLP width,
+/// heads, head dim). The largest real models are two orders of magnitude below it; the bound
+/// keeps products such as `3 * n_embd` or `heads * head_dim` far from overflow and rejects
+/// corrupt values before anything is sized from them.
+pub const MAX_WIDTH: usize = 1 << 24;
+/// Upper bound on the layer count (real models have at most a few hundred).
+pub const MAX_LAYERS: usize = 1 << 16;
+/// Upper bound on the context length: position ids are integer tensors, 32-bit on some
+/// backends.
+pub const MAX_POSITIONS: usize = i32::MAX as usize;
+
+/// A value outside its domain: the `config.json` field and what was expected. Callers turn
+/// it into [`ModelError::Config`] with their own file and, for GGUF, their own key names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigIssue {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn issue(field: &'static str, reason: impl Into<String>) -> ConfigIssue {
+    ConfigIssue {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn check_range(field: &'static str, v: usize, min: usize, max: usize) -> Result<(), ConfigIssue> {
+    if (min..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(issue(field, format!("{v} is outside {min}..={max}")))
+    }
+}
+
+fn check_positive_finite(field: &'static str, v: f64) -> Result<(), ConfigIssue> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(issue(field, format!("{v} must be a finite number > 0")))
+    }
+}
+
+fn check_token(field: &'static str, id: Option<u32>, vocab: usize) -> Result<(), ConfigIssue> {
+    match id {
+        Some(id) if id as usize >= vocab => Err(issue(
+            field,
+            format!("{id} is outside the vocabulary of {vocab} tokens"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl Gpt2Config {
+    /// Checks every value against its domain, so that nothing sized from the config can
+    /// overflow or allocate without bound and no layer is built with an invalid parameter.
+    pub fn validate(&self) -> Result<(), ConfigIssue> {
+        check_range("vocab_size", self.vocab_size, 1, MAX_WIDTH)?;
+        check_range("n_positions", self.n_positions, 1, MAX_POSITIONS)?;
+        check_range("n_embd", self.n_embd, 1, MAX_WIDTH)?;
+        check_range("n_layer", self.n_layer, 1, MAX_LAYERS)?;
+        check_range("n_head", self.n_head, 1, self.n_embd)?;
+        if !self.n_embd.is_multiple_of(self.n_head) {
+            return Err(issue(
+                "n_head",
+                format!("{} must divide n_embd {}", self.n_head, self.n_embd),
+            ));
+        }
+        if let Some(inner) = self.n_inner {
+            check_range("n_inner", inner, 1, MAX_WIDTH)?;
+        }
+        check_positive_finite("layer_norm_epsilon", self.layer_norm_epsilon)?;
+        if crate::activation::Activation::from_hf(&self.activation_function).is_none() {
+            return Err(issue(
+                "activation_function",
+                format!(
+                    "`{}` is not supported (gelu_new/gelu/gelu_pytorch_tanh/gelu_fast are)",
+                    self.activation_function
+                ),
+            ));
+        }
+        check_token("bos_token_id", self.bos_token_id, self.vocab_size)?;
+        check_token("eos_token_id", self.eos_token_id, self.vocab_size)
+    }
+}
+
+impl LlamaConfig {
+    /// Checks every value against its domain (see [`Gpt2Config::validate`]).
+    pub fn validate(&self) -> Result<(), ConfigIssue> {
+        check_range("vocab_size", self.vocab_size, 1, MAX_WIDTH)?;
+        check_range("hidden_size", self.hidden_size, 1, MAX_WIDTH)?;
+        check_range("intermediate_size", self.intermediate_size, 1, MAX_WIDTH)?;
+        check_range("num_hidden_layers", self.num_hidden_layers, 1, MAX_LAYERS)?;
+        check_range(
+            "num_attention_heads",
+            self.num_attention_heads,
+            1,
+            MAX_WIDTH,
+        )?;
+        let (heads, kv) = (self.num_attention_heads, self.num_key_value_heads);
+        if kv == 0 || !heads.is_multiple_of(kv) {
+            return Err(issue(
+                "num_key_value_heads",
+                format!("{kv} must divide num_attention_heads {heads}"),
+            ));
+        }
+        match self.head_dim {
+            Some(hd) => check_range("head_dim", hd, 1, MAX_WIDTH)?,
+            None if !self.hidden_size.is_multiple_of(heads) => {
+                return Err(issue(
+                    "num_attention_heads",
+                    format!("{heads} must divide hidden_size {}", self.hidden_size),
+                ));
+            }
+            None => {}
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(issue(
+                "head_dim",
+                format!("{} must be even for RoPE", self.head_dim()),
+            ));
+        }
+        check_range(
+            "max_position_embeddings",
+            self.max_position_embeddings,
+            1,
+            MAX_POSITIONS,
+        )?;
+        check_positive_finite("rms_norm_eps", self.rms_norm_eps)?;
+        check_positive_finite("rope_theta", self.rope_theta)?;
+        check_token("bos_token_id", self.bos_token_id, self.vocab_size)?;
+        check_token("eos_token_id", self.eos_token_id, self.vocab_size)
+    }
+}
+
 /// The architectures this crate can run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ModelConfig {
@@ -238,15 +372,7 @@ fn parse_gpt2(f: &Fields) -> Result<Gpt2Config> {
         bos_token_id: f.token_id("bos_token_id")?,
         eos_token_id: f.token_id("eos_token_id")?,
     };
-    if c.n_head == 0 || !c.n_embd.is_multiple_of(c.n_head) {
-        return Err(f.err("n_head", "must divide n_embd"));
-    }
-    if crate::activation::Activation::from_hf(&c.activation_function).is_none() {
-        return Err(f.err(
-            "activation_function",
-            "only gelu_new/gelu/gelu_pytorch_tanh/gelu_fast",
-        ));
-    }
+    c.validate().map_err(|i| f.err(i.field, &i.reason))?;
     Ok(c)
 }
 
@@ -271,18 +397,10 @@ fn parse_llama(f: &Fields) -> Result<LlamaConfig> {
     Ok(c)
 }
 
-/// Rejects Llama variants this implementation would compute wrongly.
+/// Rejects values outside their domain and Llama variants this implementation would
+/// compute wrongly.
 fn check_llama(f: &Fields, c: &LlamaConfig) -> Result<()> {
-    let kv = c.num_key_value_heads;
-    if c.num_attention_heads == 0 || kv == 0 || !c.num_attention_heads.is_multiple_of(kv) {
-        return Err(f.err("num_key_value_heads", "must divide num_attention_heads"));
-    }
-    if c.head_dim.is_none() && !c.hidden_size.is_multiple_of(c.num_attention_heads) {
-        return Err(f.err("num_attention_heads", "must divide hidden_size"));
-    }
-    if !c.head_dim().is_multiple_of(2) {
-        return Err(f.err("head_dim", "RoPE needs an even head dimension"));
-    }
+    c.validate().map_err(|i| f.err(i.field, &i.reason))?;
     let act = f.str_or("hidden_act", "silu")?;
     if act != "silu" {
         return Err(f.err(
@@ -299,6 +417,16 @@ fn check_llama(f: &Fields, c: &LlamaConfig) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A JSON value for an error message, cut short so that a huge value cannot flood it.
+fn describe(x: &Value) -> String {
+    const MAX: usize = 40;
+    let s = x.to_string();
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
 }
 
 /// Typed access to the fields of one `config.json`, with errors naming file and field.
@@ -325,8 +453,13 @@ impl Fields<'_> {
         self.get(field)
             .map(|x| {
                 x.as_u64()
-                    .map(|n| n as usize)
-                    .ok_or_else(|| self.err(field, "expected a non-negative integer"))
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| {
+                        self.err(
+                            field,
+                            &format!("expected a non-negative integer, found {}", describe(x)),
+                        )
+                    })
             })
             .transpose()
     }
@@ -343,9 +476,9 @@ impl Fields<'_> {
     fn f64_or(&self, field: &str, default: f64) -> Result<f64> {
         match self.get(field) {
             None => Ok(default),
-            Some(x) => x
-                .as_f64()
-                .ok_or_else(|| self.err(field, "expected a number")),
+            Some(x) => x.as_f64().ok_or_else(|| {
+                self.err(field, &format!("expected a number, found {}", describe(x)))
+            }),
         }
     }
 

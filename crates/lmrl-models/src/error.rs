@@ -39,6 +39,13 @@ pub enum ModelError {
         field: String,
         reason: String,
     },
+    /// A configuration that is valid on its own but does not fit the weights beside it.
+    #[error("{path}: the weights do not match config field `{field}`: {reason}")]
+    WeightsMismatch {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
     #[error(
         "token id {id} at row {row}, position {pos} is out of range for vocabulary size {vocab}"
     )]

@@ -1,15 +1,15 @@
-//! Loading and saving models in Hugging Face layout (and GGUF, through `gguf.rs`).
+//! Loading and saving models in Hugging Face layout (and GGUF, through [`crate::gguf`]).
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 
-use crate::auto::AutoLm;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gpt2::Gpt2LmHeadModel;
 use crate::llama::LlamaForCausalLm;
+use crate::auto::AutoLm;
 use crate::tensors::{RawTensor, TensorMap};
 
 /// Weights file of an HF checkpoint directory.
@@ -34,7 +34,7 @@ fn is_gguf(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
-/// GGUF branch: `gguf.rs` turns the file into an HF config and HF-named tensors.
+/// GGUF branch: [`crate::gguf`] turns the file into an HF config and HF-named tensors.
 fn load_gguf(path: &Path, device: &Device) -> Result<AutoLm> {
     let (config, tensors, _meta) = crate::gguf::read_gguf(path)?;
     causal_lm_from_tensors(&config, tensors, device)
@@ -76,6 +76,10 @@ fn shard_files(index: &Path) -> Result<Vec<String>> {
         let f = f
             .as_str()
             .ok_or_else(|| bad("shard names must be strings".into()))?;
+        // Shards live next to the index; a path would let the index read any file.
+        if Path::new(f).file_name() != Some(std::ffi::OsStr::new(f)) {
+            return Err(bad(format!("shard `{f}` is not a file name")));
+        }
         if !files.iter().any(|x| x == f) {
             files.push(f.to_string());
         }
@@ -92,6 +96,7 @@ pub fn causal_lm_from_tensors(
     mut tensors: TensorMap,
     device: &Device,
 ) -> Result<AutoLm> {
+    check_against_weights(config, &tensors)?;
     Ok(match config {
         ModelConfig::Gpt2(c) => {
             AutoLm::Gpt2(Gpt2LmHeadModel::from_tensors(c, &mut tensors, device)?)
@@ -100,6 +105,78 @@ pub fn causal_lm_from_tensors(
             AutoLm::Llama(LlamaForCausalLm::from_tensors(c, &mut tensors, device)?)
         }
     })
+}
+
+/// Checks the sizes the model is built from against the weights that are there, before
+/// anything is allocated from them: a layer count or vocabulary from a corrupt config then
+/// gives [`ModelError::WeightsMismatch`] instead of an allocation the weights cannot back.
+pub fn check_against_weights(config: &ModelConfig, tensors: &TensorMap) -> Result<()> {
+    let mismatch = |field: &str, reason: String| ModelError::WeightsMismatch {
+        path: tensors.path.clone(),
+        field: field.to_string(),
+        reason,
+    };
+    // Per architecture: the layer-count field, the prefixes of layer tensors, the hidden-size
+    // field, and each embedding table with the field that gives its number of rows.
+    type Tables<'a> = Vec<(&'a str, &'a str, usize)>;
+    let (layers_field, layer_prefixes, hidden_field, embeddings): (&str, &[&str], &str, Tables) =
+        match config {
+            ModelConfig::Gpt2(c) => (
+                "n_layer",
+                &["h.", "transformer.h."],
+                "n_embd",
+                vec![
+                    ("vocab_size", "wte.weight", c.vocab_size),
+                    ("n_positions", "wpe.weight", c.n_positions),
+                ],
+            ),
+            ModelConfig::Llama(c) => (
+                "num_hidden_layers",
+                &["model.layers."],
+                "hidden_size",
+                vec![("vocab_size", "model.embed_tokens.weight", c.vocab_size)],
+            ),
+        };
+    let layers: std::collections::BTreeSet<usize> = tensors
+        .tensors
+        .keys()
+        .filter_map(|k| {
+            let rest = layer_prefixes.iter().find_map(|p| k.strip_prefix(p))?;
+            rest.split_once('.')?.0.parse().ok()
+        })
+        .collect();
+    let n = config.num_layers();
+    if let Some(missing) = (0..n).find(|i| !layers.contains(i)) {
+        return Err(mismatch(
+            layers_field,
+            format!(
+                "the config has {n} layers, but there are no tensors for layer {missing} ({} layers found)",
+                layers.len()
+            ),
+        ));
+    }
+    let hidden = config.hidden_size();
+    for (rows_field, name, rows) in embeddings {
+        let t = ["", "transformer."]
+            .iter()
+            .find_map(|p| tensors.tensors.get(&format!("{p}{name}")));
+        if let Some(t) = t
+            && t.shape != [rows, hidden]
+        {
+            let field = match t.shape.first() == Some(&rows) {
+                true => hidden_field,
+                false => rows_field,
+            };
+            return Err(mismatch(
+                field,
+                format!(
+                    "{rows_field} {rows} and {hidden_field} {hidden} need `{name}` of shape [{rows}, {hidden}], found {:?}",
+                    t.shape
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A host f32 tensor viewed as safetensors data.

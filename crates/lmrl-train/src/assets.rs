@@ -36,9 +36,10 @@ pub fn model_config(path: &Path) -> Result<ModelConfig> {
         source,
     };
     if path.is_file() {
-        let file = lmrl_models::gguf::GgufFile::open(path).map_err(err)?;
-        let v = lmrl_models::gguf::llama_hf_config_json(&file.meta).map_err(err)?;
-        return ModelConfig::from_hf_json(path, &v).map_err(err);
+        let meta = lmrl_models::gguf::GgufMetadata::read(path).map_err(err)?;
+        return Ok(ModelConfig::Llama(
+            lmrl_models::gguf::llama_config(&meta).map_err(err)?,
+        ));
     }
     ModelConfig::from_file(&path.join(lmrl_models::CONFIG_FILE)).map_err(err)
 }
