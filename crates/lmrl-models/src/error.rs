@@ -5,6 +5,7 @@ use std::path::PathBuf;
 ///
 /// Each variant names the file, tensor or field involved so that a user can act on it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
     #[error("cannot read {path}: {source}")]
     Io {

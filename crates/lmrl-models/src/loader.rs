@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 
+use crate::auto::AutoLm;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gpt2::Gpt2LmHeadModel;
 use crate::llama::LlamaForCausalLm;
-use crate::auto::AutoLm;
 use crate::tensors::{RawTensor, TensorMap};
 
 /// Weights file of an HF checkpoint directory.

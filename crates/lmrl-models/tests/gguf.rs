@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use half::{bf16, f16};
 use lmrl_models::gguf::{
-    GgmlType, GgufFile, GgufMetadata, dequantize, hf_tensor_name, llama_config, permute_rope_rows, read_gguf,
-    unpermute_rope_rows,
+    GgmlType, GgufFile, GgufMetadata, dequantize, hf_tensor_name, llama_config, permute_rope_rows,
+    read_gguf, unpermute_rope_rows,
 };
 use lmrl_models::{
     AutoLm, CausalLm, LmTokenizer, ModelConfig, ModelError, TensorMap, causal_lm_from_tensors,

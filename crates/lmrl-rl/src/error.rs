@@ -4,8 +4,9 @@
 
 use thiserror::Error;
 
-/// Errors raised by PPO and CORY.
+/// Errors raised by the learners (PPO, GRPO, RLOO) and CORY.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum RlError {
     /// A NaN or ±Inf appeared in a quantity that must be finite (scores, log-probabilities,
     /// KL, rewards, values, advantages, the loss, gradients).
@@ -50,7 +51,7 @@ pub enum RlError {
         got: Vec<usize>,
     },
     /// A configuration field is invalid (zero sizes, mini-batch larger than the batch, ...).
-    #[error("invalid PPO/CORY configuration: `{field}`: {reason}")]
+    #[error("invalid configuration: `{field}`: {reason}")]
     Config {
         /// The offending field.
         field: String,
