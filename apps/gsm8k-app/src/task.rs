@@ -257,6 +257,7 @@ impl Task for GsmTask {
             eos_token_id: self.eos,
             pad_token_id: self.pad,
             seed,
+            first_row: 0,
         }
     }
 

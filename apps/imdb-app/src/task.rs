@@ -165,6 +165,7 @@ impl Task for ImdbTask {
             eos_token_id: self.eos,
             pad_token_id: self.pad,
             seed,
+            first_row: 0,
         }
     }
 

@@ -170,6 +170,7 @@ fn sample_cfg(seed: u64, top_k: usize, top_p: f32, temperature: f32) -> Generati
         eos_token_id: None,
         pad_token_id: 0,
         seed,
+        first_row: 0,
     }
 }
 

@@ -12,8 +12,8 @@ use lmrl_rl::{CoryConfig, PpoConfig};
 
 use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
 use crate::copies::CopySpec;
-use crate::device::select_device;
 use crate::error::{Result, TaskError, TrainError};
+use crate::parallel::{RankContext, open_run_dir, run_ranks};
 use crate::session::{RunDir, install_signal_handler};
 use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
 use crate::task::Task;
@@ -42,15 +42,16 @@ pub struct TaskEnv<'a> {
 /// Runs the `train` command of app `app` (its name in hints): `matches` are those of the
 /// (sub)command that flattens `C` and [`RunArgs`]. Settings that cannot be resolved are
 /// printed and give exit code 2, as a bad flag does; a finished run gives 0, one stopped by a
-/// signal 130. `build` makes the task from the resolved settings.
+/// signal 130. `build` makes the task from the resolved settings (once per data-parallel
+/// rank, [`crate::parallel`]).
 pub fn train_command<C, T>(
     app: &str,
     matches: &ArgMatches,
     args: &RunArgs,
-    build: impl FnOnce(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+    build: impl Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError> + Sync,
 ) -> Result<ExitCode>
 where
-    C: TrainConfig,
+    C: TrainConfig + Sync,
     T: Task,
 {
     let resolved = match resolve::<C>(matches, args) {
@@ -68,12 +69,30 @@ where
 }
 
 /// Trains the resolved run `resolved` (what [`train_command`] does after resolving; a sweep
-/// calls it once per run). The caller installs the signal handler.
+/// calls it once per run) on every rank the device flag and the environment ask for
+/// ([`crate::parallel`]). The caller installs the signal handler.
 pub fn train_resolved<C, T>(
     app: &str,
     resolved: &Resolved<C>,
     args: &RunArgs,
-    build: impl FnOnce(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+    build: impl Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError> + Sync,
+) -> Result<Outcome>
+where
+    C: TrainConfig + Sync,
+    T: Task,
+{
+    run_ranks(args.device.as_deref(), |rank| {
+        train_rank(app, resolved, args, &build, rank)
+    })
+}
+
+/// One rank of [`train_resolved`].
+fn train_rank<C, T>(
+    app: &str,
+    resolved: &Resolved<C>,
+    args: &RunArgs,
+    build: &dyn Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+    rank: RankContext,
 ) -> Result<Outcome>
 where
     C: TrainConfig,
@@ -81,10 +100,15 @@ where
 {
     let cfg = &resolved.config;
     let run = cfg.run();
-    let (dir, start) = RunDir::open(&resolved.out, resolved.resume, (&run.algo, run.seed))?;
-    write_config(dir.path(), cfg)?;
+    let collective = &*rank.collective;
+    let (dir, start) = open_run_dir(collective, || {
+        RunDir::open(&resolved.out, resolved.resume, (&run.algo, run.seed))
+    })?;
+    if let Some(dir) = &dir {
+        write_config(dir.path(), cfg)?;
+    }
     let cache = asset_cache(args.cache_dir.as_deref())?;
-    let device = select_device(args.device.as_deref())?;
+    let device = rank.device;
     device.seed(run.seed);
     let train_device = device.clone().autodiff();
     let model_path = resolve_path_or_asset(&cache, &run.model)?;
@@ -116,8 +140,9 @@ where
         spec: &spec,
         device: &train_device,
         app,
+        collective,
     };
-    trainer.train(&dir, start, base)
+    trainer.train_rank(dir.as_ref(), start, base)
 }
 
 fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {

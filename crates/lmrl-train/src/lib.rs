@@ -10,9 +10,14 @@
 //! ([`train_command`]); [`select_device`] is the one place that picks the device.
 mod app;
 mod assets;
+#[cfg(feature = "cuda")]
+mod burn_collective;
 mod copies;
 mod device;
 mod error;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod parallel;
 mod session;
 mod settings;
 mod streams;
@@ -22,7 +27,7 @@ mod trainer;
 pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
 pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset};
 pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, POLICY, lora_targets};
-pub use device::{backend_name, select_device};
+pub use device::{backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError};
 pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
