@@ -3,8 +3,10 @@
 //! resolved value is written to `<out>/config.toml`.
 use clap::Args;
 use lmrl_models::ValueHeadInit;
-use lmrl_rl::{CoryConfig, PpoConfig, RlError};
-use lmrl_train::{Algo, Config, RunSettings, Section, TrainConfig, TrainError, section};
+use lmrl_rl::{CoryConfig, PpoConfig};
+use lmrl_train::{
+    Algo, Config, RunSettings, Section, TrainConfig, app_sections, setting, validate_learners,
+};
 use serde::{Deserialize, Serialize};
 
 /// How the problems file is read.
@@ -142,20 +144,6 @@ pub fn check_eval_sampling(k: usize, temperature: f32) -> Result<(), String> {
     Ok(())
 }
 
-fn bad(field: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Setting {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
-fn in_section(section: &str, e: RlError) -> TrainError {
-    match e {
-        RlError::Config { field, reason } => bad(&format!("{section}.{field}"), reason),
-        other => bad(section, other.to_string()),
-    }
-}
-
 impl Config for Gsm8kConfig {
     const APP: &'static str = "gsm8k";
 
@@ -164,12 +152,7 @@ impl Config for Gsm8kConfig {
     }
 
     fn sections() -> Vec<Section> {
-        vec![
-            section::<RunSettings>("run"),
-            section::<PpoConfig>("ppo"),
-            section::<CoryConfig>("cory"),
-            section::<Gsm8kSettings>("gsm8k"),
-        ]
+        app_sections::<Gsm8kSettings>("gsm8k")
     }
 
     fn run(&self) -> &RunSettings {
@@ -181,34 +164,33 @@ impl Config for Gsm8kConfig {
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        self.run.validate()?;
-        self.ppo.validate().map_err(|e| in_section("ppo", e))?;
-        if self.run.algo == Algo::Cory && self.cory.swap_period == 0 {
-            return Err(bad("cory.swap_period", "must be at least 1 for CORY"));
-        }
+        validate_learners(&self.run, &self.ppo, &self.cory)?;
         let t = &self.gsm8k;
         if t.max_new_tokens == 0 {
-            return Err(bad("gsm8k.max_new_tokens", "must be at least 1"));
+            return Err(setting("gsm8k.max_new_tokens", "must be at least 1"));
         }
         if !(t.test_fraction > 0.0 && t.test_fraction < 1.0) {
-            return Err(bad(
+            return Err(setting(
                 "gsm8k.test_fraction",
                 format!("must be strictly between 0 and 1, got {}", t.test_fraction),
             ));
         }
         if !(t.temperature > 0.0 && t.temperature.is_finite()) {
-            return Err(bad("gsm8k.temperature", "must be a positive number"));
+            return Err(setting("gsm8k.temperature", "must be a positive number"));
         }
         if !(t.repetition_penalty > 0.0 && t.repetition_penalty.is_finite()) {
-            return Err(bad("gsm8k.repetition_penalty", "must be a positive number"));
+            return Err(setting(
+                "gsm8k.repetition_penalty",
+                "must be a positive number",
+            ));
         }
         if t.eval_k == 0 {
-            return Err(bad("gsm8k.eval_k", "must be at least 1"));
+            return Err(setting("gsm8k.eval_k", "must be at least 1"));
         }
         check_eval_sampling(t.eval_k, t.eval_temperature)
-            .map_err(|reason| bad("gsm8k.eval_temperature", reason))?;
+            .map_err(|reason| setting("gsm8k.eval_temperature", reason))?;
         if t.data.trim().is_empty() {
-            return Err(bad(
+            return Err(setting(
                 "gsm8k.data",
                 "a problems file or the asset `asdiv` is needed",
             ));

@@ -3,8 +3,10 @@
 //! resolved value is written to `<out>/config.toml`.
 use clap::Args;
 use lmrl_models::ValueHeadInit;
-use lmrl_rl::{CoryConfig, PpoConfig, RlError};
-use lmrl_train::{Algo, Config, RunSettings, Section, TrainConfig, TrainError, section};
+use lmrl_rl::{CoryConfig, PpoConfig};
+use lmrl_train::{
+    Algo, Config, RunSettings, Section, TrainConfig, app_sections, setting, validate_learners,
+};
 use serde::{Deserialize, Serialize};
 
 /// Everything that decides what a run computes.
@@ -112,27 +114,6 @@ impl ImdbConfig {
     }
 }
 
-/// A library config error as a setting error naming the `config.toml` key.
-pub fn in_section(section: &str, e: RlError) -> TrainError {
-    match e {
-        RlError::Config { field, reason } => TrainError::Setting {
-            field: format!("{section}.{field}"),
-            reason,
-        },
-        other => TrainError::Setting {
-            field: section.into(),
-            reason: other.to_string(),
-        },
-    }
-}
-
-fn bad(field: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Setting {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 impl Config for ImdbConfig {
     const APP: &'static str = "imdb";
 
@@ -141,12 +122,7 @@ impl Config for ImdbConfig {
     }
 
     fn sections() -> Vec<Section> {
-        vec![
-            section::<RunSettings>("run"),
-            section::<PpoConfig>("ppo"),
-            section::<CoryConfig>("cory"),
-            section::<ImdbSettings>("imdb"),
-        ]
+        app_sections::<ImdbSettings>("imdb")
     }
 
     fn run(&self) -> &RunSettings {
@@ -158,29 +134,25 @@ impl Config for ImdbConfig {
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        self.run.validate()?;
-        self.ppo.validate().map_err(|e| in_section("ppo", e))?;
-        if self.run.algo == Algo::Cory && self.cory.swap_period == 0 {
-            return Err(bad("cory.swap_period", "must be at least 1 for CORY"));
-        }
+        validate_learners(&self.run, &self.ppo, &self.cory)?;
         let t = &self.imdb;
         if t.prompt_tokens_min == 0 || t.prompt_tokens_min > t.prompt_tokens_max {
-            return Err(bad(
+            return Err(setting(
                 "imdb.prompt_tokens_min",
                 "need 1 ≤ prompt_tokens_min ≤ prompt_tokens_max",
             ));
         }
         if t.response_tokens_min == 0 || t.response_tokens_min > t.response_tokens_max {
-            return Err(bad(
+            return Err(setting(
                 "imdb.response_tokens_min",
                 "need 1 ≤ response_tokens_min ≤ response_tokens_max",
             ));
         }
         if !(t.repetition_penalty.is_finite() && t.repetition_penalty > 0.0) {
-            return Err(bad("imdb.repetition_penalty", "must be a number > 0"));
+            return Err(setting("imdb.repetition_penalty", "must be a number > 0"));
         }
         if t.data.is_empty() {
-            return Err(bad("imdb.data", "at least one review source is needed"));
+            return Err(setting("imdb.data", "at least one review source is needed"));
         }
         Ok(())
     }

@@ -96,7 +96,8 @@ pub enum TrainError {
 /// Result alias of this crate.
 pub type Result<T, E = TrainError> = std::result::Result<T, E>;
 
-pub(crate) fn setting(field: impl Into<String>, reason: impl Into<String>) -> TrainError {
+/// A setting error naming the `config.toml` key `field`.
+pub fn setting(field: impl Into<String>, reason: impl Into<String>) -> TrainError {
     TrainError::Setting {
         field: field.into(),
         reason: reason.into(),

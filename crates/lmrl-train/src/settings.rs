@@ -157,6 +157,40 @@ pub fn section<A: Args>(name: &'static str) -> Section {
     }
 }
 
+/// The sections every training app has — `[run]`, `[ppo]`, `[cory]` — followed by the task's
+/// own section `task` (the fields of `T`).
+pub fn app_sections<T: Args>(task: &'static str) -> Vec<Section> {
+    vec![
+        section::<RunSettings>("run"),
+        section::<lmrl_rl::PpoConfig>("ppo"),
+        section::<lmrl_rl::CoryConfig>("cory"),
+        section::<T>(task),
+    ]
+}
+
+/// A library configuration error as a setting error naming the `config.toml` key
+/// `section.field`.
+pub fn in_section(section: &str, e: lmrl_rl::RlError) -> TrainError {
+    match e {
+        lmrl_rl::RlError::Config { field, reason } => setting(format!("{section}.{field}"), reason),
+        other => setting(section, other.to_string()),
+    }
+}
+
+/// Checks the `[run]`, `[ppo]` and `[cory]` sections of a run; errors name the key.
+pub fn validate_learners(
+    run: &RunSettings,
+    ppo: &lmrl_rl::PpoConfig,
+    cory: &lmrl_rl::CoryConfig,
+) -> Result<()> {
+    run.validate()?;
+    ppo.validate().map_err(|e| in_section("ppo", e))?;
+    if run.algo == Algo::Cory && cory.swap_period == 0 {
+        return Err(setting("cory.swap_period", "must be at least 1 for CORY"));
+    }
+    Ok(())
+}
+
 /// An app's whole run configuration: one struct whose fields are the sections.
 pub trait Config: Serialize + DeserializeOwned + Clone + Debug + FromArgMatches {
     /// Names a fresh run's default output directory, `runs/<APP>-<algo>-<seed>`.
