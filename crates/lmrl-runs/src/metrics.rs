@@ -34,6 +34,10 @@ pub struct MetricRow {
     /// stay comparable across role exchanges. Equal to the above for the pioneer.
     pub pioneer_task_reward: f64,
     pub pioneer_kl: f64,
+    /// Mean over the copy's responses of 1 − distinct words / words: 0 when no word repeats,
+    /// near 1 for a collapsed policy that repeats one word (absent in files of earlier versions).
+    #[serde(default)]
+    pub repetition: f64,
     pub seconds: f64,
 }
 
@@ -212,6 +216,7 @@ mod tests {
             response_len: 8.0,
             pioneer_task_reward: 0.0,
             pioneer_kl: 0.0,
+            repetition: 0.0,
             seconds: 1.0,
         }
     }

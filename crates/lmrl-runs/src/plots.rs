@@ -418,6 +418,7 @@ mod draw_tests {
             clipfrac: 0.0,
             response_len: 0.0,
             pioneer_task_reward: r,
+            repetition: 0.0,
             pioneer_kl: 0.0,
             seconds: 0.0,
         }

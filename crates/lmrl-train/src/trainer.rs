@@ -323,7 +323,15 @@ impl<T: Task> Trainer<'_, T> {
         if it.is_multiple_of(self.run.samples_every) {
             self.log_cory_samples(samples, it, &owned, &stats)?;
         }
-        Ok(cory_rows(it, &stats))
+        let mut rows = cory_rows(it, &stats);
+        for (row, m) in rows.iter_mut().zip(&stats.agents) {
+            let texts = match m.role {
+                Role::Pioneer => &stats.texts.pioneer_responses,
+                Role::Observer => &stats.texts.observer_responses,
+            };
+            row.repetition = repetition(texts);
+        }
+        Ok(rows)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -510,6 +518,21 @@ fn spinner(what: String) -> ProgressBar {
     b
 }
 
+/// Mean over responses of 1 − distinct words / words (the collapse indicator of
+/// [`MetricRow::repetition`]): 0 when no word repeats, near 1 for "great great great …".
+pub fn repetition(responses: &[String]) -> f64 {
+    let per: Vec<f64> = responses
+        .iter()
+        .map(|y| y.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let distinct: std::collections::BTreeSet<&str> = w.iter().copied().collect();
+            1.0 - distinct.len() as f64 / w.len() as f64
+        })
+        .collect();
+    per.iter().sum::<f64>() / per.len().max(1) as f64
+}
+
 /// Mean of `xs` in f64.
 fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
@@ -546,6 +569,7 @@ pub fn metric_row(
         response_len: f64::from(s.response_len_mean),
         pioneer_task_reward: ptr,
         pioneer_kl: pkl,
+        repetition: 0.0,
         seconds: 0.0,
     }
 }
@@ -571,4 +595,17 @@ pub fn cory_rows(it: usize, stats: &CoryIterationStats) -> Vec<MetricRow> {
             metric_row(it, m.llm, role, own, &m.stats, plain)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repetition_is_the_share_of_repeated_words() {
+        let r = repetition(&["a b c d".into(), "great great great great".into()]);
+        // 0 for the first, 1 − 1/4 for the second.
+        assert!((r - 0.375).abs() < 1e-12, "{r}");
+        assert_eq!(repetition(&[String::new()]), 0.0);
+    }
 }
