@@ -108,6 +108,7 @@ fn header_line() -> Vec<u8> {
         "response_len",
         "pioneer_task_reward",
         "pioneer_kl",
+        "repetition",
         "seconds",
     ];
     format!("{}\n", COLS.join(",")).into_bytes()
