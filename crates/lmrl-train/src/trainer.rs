@@ -69,20 +69,23 @@ impl<T: Task> Trainer<'_, T> {
                 let c = Copies::fresh(self.spec, &base, self.reference, self.device)?;
                 (c, 0)
             }
-            Start::Resume { done, dir: ckpt } => {
-                let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
-                if let Copies::Cory(t) = &c
-                    && t.iterations() != *done
-                {
-                    return Err(TrainError::Run {
-                        path: ckpt.clone(),
-                        reason: format!(
-                            "holds {} CORY iterations but its state.toml says {done}",
-                            t.iterations()
-                        ),
-                    });
-                }
-                (c, *done)
+            Start::Resume { candidates } => {
+                let (done, c) = dir.restore(candidates, |done, ckpt| {
+                    let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
+                    if let Copies::Cory(t) = &c
+                        && t.iterations() != done
+                    {
+                        return Err(TrainError::Run {
+                            path: ckpt.to_path_buf(),
+                            reason: format!(
+                                "holds {} CORY iterations but its state.toml says {done}",
+                                t.iterations()
+                            ),
+                        });
+                    }
+                    Ok(c)
+                })?;
+                (c, done)
             }
         };
         drop(base);
