@@ -33,7 +33,7 @@ pub enum Command {
     /// `correct`), one line per input line.
     Check(CheckArgs),
     /// pass@k of a model (or a run's checkpoint) on a split of the problems.
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
 }
 
 /// A training run: its settings and where it lives.
