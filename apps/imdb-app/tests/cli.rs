@@ -352,7 +352,8 @@ fn bad_settings_exit_non_zero_with_a_message() {
         (&["--no-such-flag"], "--no-such-flag"),
         (&["--algo", "sarsa"], "sarsa"),
         (&["--adap-kl-ctrl", "maybe"], "--adap-kl-ctrl"),
-        (&["--learning-rate", "-1"], "ppo.learning_rate"),
+        // `=`: clap takes a separate `-1` for a flag.
+        (&["--learning-rate=-1"], "ppo.learning_rate"),
     ];
     for (args, needle) in cases {
         let mut a = args.to_vec();
