@@ -45,21 +45,42 @@ fn resume_cmd(t: &Tiny, out: &Path, iterations: usize) -> std::process::Command 
     c
 }
 
-/// Continues the run in `out` after a kill: `--resume` when the run got as far as writing its
-/// settings, otherwise the same command line again (nothing of the run is on disk).
-fn continue_run(t: &Tiny, algo: &str, out: &Path, flags: &[(&str, &str)], iterations: usize) {
+/// What continues the run in `out` after a kill: `--resume` when the run got as far as
+/// writing its settings, otherwise the same command line again (nothing of the run is on
+/// disk).
+fn continue_cmd(
+    t: &Tiny,
+    algo: &str,
+    out: &Path,
+    flags: &[(&str, &str)],
+    iterations: usize,
+) -> std::process::Command {
     if out.join("config.toml").is_file() {
-        run_ok(&mut resume_cmd(t, out, iterations));
+        resume_cmd(t, out, iterations)
     } else {
-        run_ok(&mut train_cmd(t, algo, out, flags));
+        train_cmd(t, algo, out, flags)
     }
 }
 
-/// Runs killed with SIGKILL at random moments, then resumed: the result is the uninterrupted
-/// run's, and nothing a killed save left (`.tmp-…`, `.old-…`, `.del-…`, atomic-write
-/// temporaries) survives the resume. Odd seeds kill a few milliseconds after an iteration's
+fn continue_run(t: &Tiny, algo: &str, out: &Path, flags: &[(&str, &str)], iterations: usize) {
+    run_ok(&mut continue_cmd(t, algo, out, flags, iterations));
+}
+
+/// Kills `child` with SIGKILL after `d`, or lets it be when it ends before.
+fn kill_after(child: &mut Watched, d: Duration) {
+    let deadline = Instant::now() + d;
+    while Instant::now() < deadline && child.child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.child.kill().unwrap();
+}
+
+/// Runs killed with SIGKILL at random moments, then continued: the result is the
+/// uninterrupted run's, and nothing a killed save left (`.tmp-…`, `.old-…`, `.del-…`,
+/// atomic-write temporaries) survives. Odd seeds kill up to 40 ms after an iteration's
 /// progress line, that is while its checkpoint is being written; even seeds anywhere in the
-/// run, from loading the model to the final evaluation.
+/// run, from loading the model to the final evaluation. Seeds divisible by 3 kill the
+/// continuation too, at a random moment, before continuing once more.
 fn kill_and_resume(algo: &str, agents: &[&str], seeds: &[u64]) {
     let t = tiny();
     const TOTAL: usize = 4;
@@ -73,7 +94,7 @@ fn kill_and_resume(algo: &str, agents: &[&str], seeds: &[u64]) {
     let t0 = Instant::now();
     run_ok(&mut train_cmd(&t, algo, &full, &flags));
     let whole = t0.elapsed();
-    let mut left_behind = 0;
+    let (mut mid_save, mut finished) = (0, 0);
     for &seed in seeds {
         let mut rng = Rng::new(seed);
         let out = t.dir.path().join(format!("killed-{seed}"));
@@ -82,24 +103,34 @@ fn kill_and_resume(algo: &str, agents: &[&str], seeds: &[u64]) {
             let k = 1 + (rng.unit() * TOTAL as f64) as usize;
             assert!(child.wait_for(&done_line(k, TOTAL), MINUTE));
             let d = Duration::from_secs_f64(rng.unit() * 0.04);
-            std::thread::sleep(d);
+            kill_after(&mut child, d);
             format!("{d:.3?} after iteration {k}")
         } else {
-            let d = whole.mul_f64(0.05 + rng.unit());
-            let deadline = Instant::now() + d;
-            while Instant::now() < deadline && child.child.try_wait().unwrap().is_none() {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            let d = whole.mul_f64(rng.unit());
+            kill_after(&mut child, d);
             format!("{d:.3?} after the start")
         };
-        child.child.kill().unwrap(); // SIGKILL
         let (status, _) = child.finish();
         let found = leftovers(&out);
         eprintln!(
             "seed {seed}: killed {at} ({status}); checkpoints {:?}; temporaries {found:?}",
             checkpoints(&out)
         );
-        left_behind += usize::from(!found.is_empty());
+        mid_save += usize::from(found.iter().any(|f| f.contains("/checkpoints/.tmp-")));
+        finished += usize::from(status.success());
+        if seed % 3 == 0 {
+            let mut again = spawn(&mut continue_cmd(&t, algo, &out, &flags, TOTAL));
+            // A continuation has less to do than the whole run.
+            let d = whole.mul_f64(0.5 * rng.unit());
+            kill_after(&mut again, d);
+            let (status, _) = again.finish();
+            eprintln!(
+                "seed {seed}: continuation killed {d:.3?} after its start ({status}); \
+                 checkpoints {:?}; temporaries {:?}",
+                checkpoints(&out),
+                leftovers(&out)
+            );
+        }
         continue_run(&t, algo, &out, &flags, TOTAL);
         assert_eq!(leftovers(&out), Vec::<String>::new(), "seed {seed}");
         assert_eq!(
@@ -110,19 +141,20 @@ fn kill_and_resume(algo: &str, agents: &[&str], seeds: &[u64]) {
         assert_same_run(&full, &out, rows, TOTAL, agents);
     }
     eprintln!(
-        "{} kills, {left_behind} of them left temporaries behind",
+        "{algo}: {} kills; {mid_save} in the middle of a checkpoint save, {finished} after the \
+         run had finished",
         seeds.len()
     );
 }
 
 #[test]
 fn ppo_killed_at_random_moments_resumes_exactly() {
-    kill_and_resume("ppo", &["policy"], &[1, 2, 3, 4, 5, 6]);
+    kill_and_resume("ppo", &["policy"], &(1..=12).collect::<Vec<_>>());
 }
 
 #[test]
 fn cory_killed_at_random_moments_resumes_exactly() {
-    kill_and_resume("cory", &["llm1", "llm2"], &[7, 8]);
+    kill_and_resume("cory", &["llm1", "llm2"], &(13..=16).collect::<Vec<_>>());
 }
 
 /// A second run into a directory that a running run holds is refused before it loads
@@ -369,4 +401,30 @@ fn a_run_that_cannot_start_creates_nothing() {
     ));
     assert!(err.contains("no-model"), "{err}");
     assert!(!out.exists());
+}
+
+/// A run whose learner diverges before its first checkpoint (a learning rate of 1e30 gives an
+/// infinite loss in its second iteration) fails naming the iteration as the progress lines
+/// count it; the same `--out` with a sane setting then starts it again in place.
+#[test]
+fn a_diverged_run_fails_naming_the_iteration_and_starts_again_in_place() {
+    let t = tiny();
+    let flags = [("--iterations", "3"), ("--checkpoint-every", "3")];
+    let full = t.dir.path().join("full");
+    run_ok(&mut train_cmd(&t, "ppo", &full, &flags));
+    let out = t.dir.path().join("diverged");
+    let mut wild = flags.to_vec();
+    wild.push(("--learning-rate", "1e30"));
+    let (code, err) = run_err(&mut train_cmd(&t, "ppo", &out, &wild));
+    assert_eq!(code, 1);
+    assert!(err.contains(&done_line(1, 3)), "{err}");
+    assert!(
+        err.contains("error: iteration 2: the learner's step failed: non-finite value"),
+        "{err}"
+    );
+    assert!(checkpoints(&out).is_empty());
+    let o = run_ok(&mut train_cmd(&t, "ppo", &out, &flags));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stopped before its first checkpoint"), "{err}");
+    assert_same_run(&full, &out, 3, 3, &["policy"]);
 }
