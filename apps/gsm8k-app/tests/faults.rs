@@ -249,6 +249,27 @@ fn sigterm_and_sighup_stop_with_a_checkpoint_and_resume_exactly() {
         assert_same_run(&full, &out, TOTAL, TOTAL, &["policy"]);
         assert_eq!(leftovers(&out), Vec::<String>::new());
     }
+    // A signal before the first iteration (while the base model is evaluated): the run
+    // stops without training, or — when the signal comes a moment too late for that — after
+    // the first iteration; either way it continues exactly.
+    let out = t.dir.path().join("early");
+    let mut child = spawn(&mut train_cmd(&t, "ppo", &out, &flags));
+    assert!(child.wait_for("training questions", MINUTE));
+    child.signal("TERM");
+    let (status, err) = child.finish();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("stopped before iteration 1; nothing was trained")
+            || err.contains("stopped after iteration"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("--resume {}", out.display())),
+        "{err}"
+    );
+    run_ok(&mut resume_cmd(&t, &out, TOTAL));
+    assert_same_run(&full, &out, TOTAL, TOTAL, &["policy"]);
+
     // Two SIGTERMs in a row: the second ends the run at once, wherever it is.
     let out = t.dir.path().join("twice");
     let mut child = spawn(&mut train_cmd(&t, "ppo", &out, &flags));

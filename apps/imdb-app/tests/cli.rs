@@ -377,6 +377,10 @@ fn model_and_tokenizer_that_do_not_match_are_rejected() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("1200") && err.contains("1000"), "{err}");
+    assert!(
+        !out.exists(),
+        "--out created for a run that could not start"
+    );
 }
 
 #[test]
