@@ -137,11 +137,15 @@ impl RunDir {
         for note in checkpoints.recover()? {
             eprintln!("note: {note}");
         }
-        for p in lmrl_runs::remove_stale_temporaries(out) {
-            eprintln!(
-                "note: removed {} (left by an interrupted write)",
-                p.display()
-            );
+        // Only in a run directory (it has the config.toml every run writes first, or that
+        // file's temporary): `--out` may name a folder that also holds other things.
+        if out.join(crate::CONFIG_FILE).is_file() || has_config_temporary(out) {
+            for p in lmrl_runs::remove_stale_temporaries(out) {
+                eprintln!(
+                    "note: removed {} (left by an interrupted write)",
+                    p.display()
+                );
+            }
         }
         let mut dir = RunDir {
             out: out.to_path_buf(),
@@ -322,6 +326,15 @@ fn take_lock(out: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// Whether `out` holds the temporary of an interrupted first write of `config.toml`.
+fn has_config_temporary(out: &Path) -> bool {
+    let prefix = format!(".{}.tmp-", crate::CONFIG_FILE);
+    std::fs::read_dir(out).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+    })
+}
+
 /// Checkpoints as `(completed iterations, path)`.
 type Listed = Vec<(usize, PathBuf)>;
 
@@ -413,6 +426,11 @@ mod tests {
         assert_eq!(start, Start::Fresh);
         assert!(!ckpts.join(".tmp-iter-000005-99999").exists());
         assert!(!out.path().join(".config.toml.tmp-99999").exists());
+        // A folder that is no run directory keeps files that merely look like temporaries.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join(".notes.txt.tmp-12"), "mine").unwrap();
+        drop(RunDir::open(other.path(), false, (&algo(), 0)).unwrap());
+        assert!(other.path().join(".notes.txt.tmp-12").exists());
         let e = RunDir::open(out.path(), false, (&algo(), 0)).unwrap_err();
         let e = e.to_string();
         assert!(e.contains("is in use by another run"), "{e}");
