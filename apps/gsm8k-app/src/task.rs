@@ -155,8 +155,9 @@ impl GsmTask {
         }
     }
 
-    /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table (the
-    /// rows of the base model are kept across a resume).
+    /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table: the
+    /// "before" rows start it (a run started again in place replaces those of its first try),
+    /// the "after" rows replace any earlier "after" rows and keep the "before" ones (a resume).
     fn evaluate_copies(&self, stage: Stage, copies: &[(&str, &AutoLm)], out: &Path) -> Result<()> {
         if self.settings.eval_limit == 0 || self.test.is_empty() {
             return Ok(());
@@ -165,10 +166,13 @@ impl GsmTask {
             Stage::Before => "before",
             Stage::After => "after",
         };
-        let mut rows: Vec<EvalRow> = read_eval_rows(out)?
-            .into_iter()
-            .filter(|r| r.stage == "before")
-            .collect();
+        let mut rows: Vec<EvalRow> = match stage {
+            Stage::Before => Vec::new(),
+            Stage::After => read_eval_rows(out)?
+                .into_iter()
+                .filter(|r| r.stage == "before")
+                .collect(),
+        };
         for (name, lm) in copies {
             let (row, _) = eval_row(
                 stage_name,

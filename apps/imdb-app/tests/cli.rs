@@ -352,7 +352,8 @@ fn bad_settings_exit_non_zero_with_a_message() {
         (&["--no-such-flag"], "--no-such-flag"),
         (&["--algo", "sarsa"], "sarsa"),
         (&["--adap-kl-ctrl", "maybe"], "--adap-kl-ctrl"),
-        (&["--learning-rate", "-1"], "ppo.learning_rate"),
+        // `=`: clap takes a separate `-1` for a flag.
+        (&["--learning-rate=-1"], "ppo.learning_rate"),
     ];
     for (args, needle) in cases {
         let mut a = args.to_vec();
@@ -376,6 +377,10 @@ fn model_and_tokenizer_that_do_not_match_are_rejected() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("1200") && err.contains("1000"), "{err}");
+    assert!(
+        !out.exists(),
+        "--out created for a run that could not start"
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use lmrl_models::{
 use lmrl_rl::{CoryTrainer, Learner, PpoAgent, PpoConfig};
 use lmrl_runs::{AgentState, CheckpointDir, STATE_FORMAT, TrainState};
 
-use crate::error::{Result, TrainError};
+use crate::error::{Result, TrainError, saving};
 use crate::settings::{Algo, RunSettings};
 
 /// Checkpoint subdirectory of a single learner.
@@ -172,7 +172,7 @@ impl Copies {
             for (name, learner) in self.named() {
                 let d = dir.join(name);
                 save_weights(spec, learner.as_ref(), &d)?;
-                tokenizer.save(&d)?;
+                tokenizer.save(&d).map_err(saving)?;
             }
             match self {
                 Copies::Single(l) => l.save_state(&dir.join(POLICY))?,
@@ -242,11 +242,13 @@ fn save_weights(
 ) -> std::result::Result<(), lmrl_runs::FillError> {
     let policy = learner.policy();
     match &spec.lora {
-        None => policy.save_pretrained(d)?,
-        Some(_) => merge_lora(policy.clone()).save_pretrained(d)?,
+        None => policy.save_pretrained(d).map_err(saving)?,
+        Some(_) => merge_lora(policy.clone())
+            .save_pretrained(d)
+            .map_err(saving)?,
     }
     if let Some(head) = learner.value_head() {
-        head.save(&d.join(VALUE_HEAD_FILE))?;
+        head.save(&d.join(VALUE_HEAD_FILE)).map_err(saving)?;
     }
     if spec.lora.is_some() {
         let f = d.join(LORA_FILE);

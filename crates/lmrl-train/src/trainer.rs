@@ -69,20 +69,23 @@ impl<T: Task> Trainer<'_, T> {
                 let c = Copies::fresh(self.spec, &base, self.reference, self.device)?;
                 (c, 0)
             }
-            Start::Resume { done, dir: ckpt } => {
-                let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
-                if let Copies::Cory(t) = &c
-                    && t.iterations() != *done
-                {
-                    return Err(TrainError::Run {
-                        path: ckpt.clone(),
-                        reason: format!(
-                            "holds {} CORY iterations but its state.toml says {done}",
-                            t.iterations()
-                        ),
-                    });
-                }
-                (c, *done)
+            Start::Resume { candidates } => {
+                let (done, c) = dir.restore(candidates, |done, ckpt| {
+                    let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
+                    if let Copies::Cory(t) = &c
+                        && t.iterations() != done
+                    {
+                        return Err(TrainError::Run {
+                            path: ckpt.to_path_buf(),
+                            reason: format!(
+                                "holds {} CORY iterations but its state.toml says {done}",
+                                t.iterations()
+                            ),
+                        });
+                    }
+                    Ok(c)
+                })?;
+                (c, done)
             }
         };
         drop(base);
@@ -102,6 +105,24 @@ impl<T: Task> Trainer<'_, T> {
         let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
         let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
         let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
+        if stop_requested() {
+            // A signal while the model loaded or the base model was evaluated: the work since
+            // the last checkpoint (none, or the one resumed from) is not worth an iteration.
+            let kept = match first {
+                0 => "nothing was trained".to_string(),
+                n => format!(
+                    "checkpoint {} kept",
+                    dir.checkpoints().path_for(n).display()
+                ),
+            };
+            eprintln!(
+                "stopped before iteration {}; {kept}.\nresume with: {} --resume {} --iterations {total}",
+                first + 1,
+                self.app,
+                out.display(),
+            );
+            return Ok(Outcome::Stopped);
+        }
         for it in first..total {
             let t0 = Instant::now();
             let mut phases = Phases::default();
