@@ -34,6 +34,13 @@ pub struct MetricRow {
     /// stay comparable across role exchanges. Equal to the above for the pioneer.
     pub pioneer_task_reward: f64,
     pub pioneer_kl: f64,
+    /// Bessel-corrected standard deviation of the batch's task rewards (TRL `reward_std`).
+    #[serde(default)]
+    pub reward_std: Option<f64>,
+    /// Group learners: fraction of prompts whose sampled group got identical scores, so that
+    /// they add no policy gradient (TRL `frac_reward_zero_std`); empty for PPO.
+    #[serde(default)]
+    pub frac_reward_zero_std: Option<f64>,
     pub seconds: f64,
 }
 
@@ -104,6 +111,8 @@ fn header_line() -> Vec<u8> {
         "response_len",
         "pioneer_task_reward",
         "pioneer_kl",
+        "reward_std",
+        "frac_reward_zero_std",
         "seconds",
     ];
     format!("{}\n", COLS.join(",")).into_bytes()
@@ -212,6 +221,8 @@ mod tests {
             response_len: 8.0,
             pioneer_task_reward: 0.0,
             pioneer_kl: 0.0,
+            reward_std: Some(0.5),
+            frac_reward_zero_std: None,
             seconds: 1.0,
         }
     }

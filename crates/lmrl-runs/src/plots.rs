@@ -419,6 +419,8 @@ mod draw_tests {
             response_len: 0.0,
             pioneer_task_reward: r,
             pioneer_kl: 0.0,
+            reward_std: None,
+            frac_reward_zero_std: None,
             seconds: 0.0,
         }
     }
