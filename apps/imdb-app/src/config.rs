@@ -1,11 +1,13 @@
-//! The run's settings: `[run]`, `[ppo]`, `[cory]` (the library's config structs, nested as
-//! they are) and this task's own `[imdb]`, each field a flag of the same name. The fully
+//! The run's settings: `[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]` (the library's config
+//! structs, nested as they are) and this task's own `[imdb]`, each field a flag of the same
+//! name (`[grpo]` and `[rloo]` flags carry their section as a prefix: `--grpo-beta`). The fully
 //! resolved value is written to `<out>/config.toml`.
 use clap::Args;
 use lmrl_models::ValueHeadInit;
-use lmrl_rl::{CoryConfig, PpoConfig};
+use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 use lmrl_train::{
-    Algo, Config, RunSettings, Section, TrainConfig, app_sections, setting, validate_learners,
+    Algo, Config, LearnerAlgo, RunSettings, Section, TrainConfig, app_sections, setting,
+    validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +19,12 @@ pub struct ImdbConfig {
     pub run: RunSettings,
     #[command(flatten)]
     pub ppo: PpoConfig,
+    #[command(flatten)]
+    #[serde(default)]
+    pub grpo: GrpoConfig,
+    #[command(flatten)]
+    #[serde(default)]
+    pub rloo: RlooConfig,
     #[command(flatten)]
     pub cory: CoryConfig,
     #[command(flatten)]
@@ -71,6 +79,7 @@ impl ImdbConfig {
         Self {
             run: RunSettings {
                 algo,
+                cory_learner: LearnerAlgo::Ppo,
                 model: "smollm2-135m".into(),
                 iterations: 15,
                 seed: 0,
@@ -94,6 +103,23 @@ impl ImdbConfig {
                 use_score_scaling: cory,
                 use_score_norm: cory,
                 ..PpoConfig::default()
+            },
+            // 16 completions per step as PPO's batch: 4 prompts × 4 samples, one Adam step.
+            grpo: GrpoConfig {
+                learning_rate: 2e-5,
+                num_generations: 4,
+                prompts_per_step: 4,
+                mini_batch_size: 8,
+                gradient_accumulation_steps: 2,
+                ..GrpoConfig::default()
+            },
+            rloo: RlooConfig {
+                learning_rate: 2e-5,
+                num_generations: 4,
+                prompts_per_step: 4,
+                mini_batch_size: 8,
+                gradient_accumulation_steps: 2,
+                ..RlooConfig::default()
             },
             cory: CoryConfig {
                 pioneer_format_metrics: false,
@@ -129,12 +155,19 @@ impl Config for ImdbConfig {
         &self.run
     }
 
+    /// Seeds from the run seed; the group learners' longest completion is the longest
+    /// response (sampling is pure, temperature 1).
     fn finish(&mut self) {
-        self.ppo.seed = self.run.seed;
+        let seed = self.run.seed;
+        self.ppo.seed = seed;
+        self.grpo.seed = seed;
+        self.rloo.seed = seed;
+        self.grpo.max_completion_length = self.imdb.response_tokens_max;
+        self.rloo.max_completion_length = self.imdb.response_tokens_max;
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        validate_learners(&self.run, &self.ppo, &self.cory)?;
+        validate_learners(&self.run, &self.ppo, &self.grpo, &self.rloo, &self.cory)?;
         let t = &self.imdb;
         if t.prompt_tokens_min == 0 || t.prompt_tokens_min > t.prompt_tokens_max {
             return Err(setting(
@@ -166,6 +199,25 @@ impl TrainConfig for ImdbConfig {
     fn cory(&self) -> &CoryConfig {
         &self.cory
     }
+
+    fn grpo(&self) -> &GrpoConfig {
+        &self.grpo
+    }
+
+    fn rloo(&self) -> &RlooConfig {
+        &self.rloo
+    }
+}
+
+impl ImdbConfig {
+    /// Prompts per iteration (PPO's batch, or the group learners' prompts per step).
+    pub fn prompts_per_iteration(&self) -> usize {
+        match self.run.algo.learner(self.run.cory_learner) {
+            LearnerAlgo::Ppo => self.ppo.batch_size,
+            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
+            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -174,8 +226,9 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_round_trip_through_toml() {
-        for algo in [Algo::Ppo, Algo::Cory] {
-            let c = ImdbConfig::for_algo(algo);
+        for algo in [Algo::Ppo, Algo::Cory, Algo::Grpo, Algo::Rloo] {
+            let mut c = ImdbConfig::for_algo(algo);
+            c.finish();
             c.validate().unwrap();
             let text = lmrl_train::to_toml(&c);
             let back: ImdbConfig = toml::from_str(&text).unwrap();

@@ -22,6 +22,7 @@ pub use cory::{
     CoryState, CoryTexts, CoryTrainer, EnvError, GenerationPurpose, Prompt, RewardMode, Role,
 };
 pub use error::{Result, RlError};
+pub use group::{GroupAgent, GroupAlgorithm, GroupStats, GrpoConfig, RlooConfig};
 pub use learner::{Learner, StepStats};
 pub use ppo::agent::{PpoAgent, Rollout};
 pub use ppo::config::PpoConfig;

@@ -38,6 +38,13 @@ pub struct MetricRow {
     /// near 1 for a collapsed policy that repeats one word (absent in files of earlier versions).
     #[serde(default)]
     pub repetition: f64,
+    /// Bessel-corrected standard deviation of the batch's task rewards (TRL `reward_std`).
+    #[serde(default)]
+    pub reward_std: Option<f64>,
+    /// Group learners: fraction of prompts whose sampled group got identical scores, so that
+    /// they add no policy gradient (TRL `frac_reward_zero_std`); empty for PPO.
+    #[serde(default)]
+    pub frac_reward_zero_std: Option<f64>,
     pub seconds: f64,
 }
 
@@ -115,6 +122,8 @@ fn header_line() -> Vec<u8> {
         "pioneer_task_reward",
         "pioneer_kl",
         "repetition",
+        "reward_std",
+        "frac_reward_zero_std",
         "seconds",
     ];
     format!("{}\n", COLS.join(",")).into_bytes()
@@ -246,6 +255,8 @@ mod tests {
             pioneer_task_reward: 0.0,
             pioneer_kl: 0.0,
             repetition: 0.0,
+            reward_std: Some(0.5),
+            frac_reward_zero_std: None,
             seconds: 1.0,
         }
     }

@@ -16,7 +16,7 @@ use burn::tensor::Device;
 use clap::ArgMatches;
 use lmrl_data::AssetCache;
 use lmrl_models::{AutoLm, LmTokenizer, ModelConfig};
-use lmrl_rl::{CoryConfig, PpoConfig};
+use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 
 use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
 use crate::copies::CopySpec;
@@ -33,6 +33,10 @@ pub trait TrainConfig: Config {
     fn ppo(&self) -> &PpoConfig;
     /// The `[cory]` section.
     fn cory(&self) -> &CoryConfig;
+    /// The `[grpo]` section.
+    fn grpo(&self) -> &GrpoConfig;
+    /// The `[rloo]` section.
+    fn rloo(&self) -> &RlooConfig;
 }
 
 /// What a task is built from.
@@ -119,7 +123,13 @@ where
     let (dir, start) = claim.open()?;
     write_config(dir.path(), cfg)?;
     let reference = base.valid();
-    let spec = CopySpec::new(run, cfg.ppo(), cfg.cory(), &model_config);
+    let learners = crate::copies::LearnerSettings {
+        ppo: cfg.ppo(),
+        grpo: cfg.grpo(),
+        rloo: cfg.rloo(),
+        cory: cfg.cory(),
+    };
+    let spec = CopySpec::new(run, learners, &model_config);
     let trainer = Trainer {
         task: &task,
         tokenizer: &tokenizer,

@@ -142,8 +142,18 @@ impl<T: Task> Trainer<'_, T> {
             for mut r in rows {
                 r.seconds = secs;
                 line.push_str(&format!(
-                    " {} ({}) r {:+.3} kl {:.3} β {:.3} |",
-                    r.agent, r.role, r.task_reward, r.kl, r.beta
+                    " {} ({}) r {:+.3}",
+                    r.agent, r.role, r.task_reward
+                ));
+                if let Some(sd) = r.reward_std {
+                    line.push_str(&format!(" ±{sd:.3}"));
+                }
+                if let Some(z) = r.frac_reward_zero_std {
+                    line.push_str(&format!(" zero-std {z:.2}"));
+                }
+                line.push_str(&format!(
+                    " len {:.1} kl {:.3} β {:.3} |",
+                    r.response_len, r.kl, r.beta
                 ));
                 metrics.append(&r)?;
             }
@@ -173,9 +183,10 @@ impl<T: Task> Trainer<'_, T> {
         Ok(Outcome::Finished)
     }
 
-    /// Prompts per iteration: the learners' batch divided by their samples per prompt.
+    /// Prompts per iteration: PPO's `batch_size`, or the group learners' `prompts_per_step`
+    /// (each prompt answered G times).
     fn batch_size(&self) -> usize {
-        self.spec.ppo.batch_size
+        self.spec.prompts_per_iteration()
     }
 
     fn save(&self, copies: &Copies, dir: &RunDir, done: usize) -> Result<()> {
@@ -559,7 +570,18 @@ fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// One metrics row of a learner's step. `task` is the batch of the copy's own task rewards;
+/// Bessel-corrected standard deviation (TRL's `reward_std`); `None` below two values.
+fn std_dev(xs: &[f32]) -> Option<f64> {
+    (xs.len() >= 2).then(|| {
+        let m = mean(xs);
+        let ss = xs.iter().map(|&x| (f64::from(x) - m).powi(2)).sum::<f64>();
+        (ss / (xs.len() - 1) as f64).sqrt()
+    })
+}
+
+/// One metrics row of a learner's step. `task` is the batch of the copy's own task rewards
+/// (their mean and std go into the row; a group learner's `frac_reward_zero_std` is of the
+/// scores it trained on);
 /// `pioneer` its (reward, KL) answering the plain prompt when measured apart from its training
 /// role (otherwise the training-role values are repeated). `combined_reward` is r − β·KL with
 /// TRL's `objective/kl` and `objective/kl_coef`.
@@ -571,17 +593,17 @@ pub fn metric_row(
     s: &StepStats,
     pioneer: Option<(f64, f64)>,
 ) -> MetricRow {
-    let task = mean(task);
+    let task_mean = mean(task);
     let kl = f64::from(s.kl);
-    let (ptr, pkl) = pioneer.unwrap_or((task, kl));
+    let (ptr, pkl) = pioneer.unwrap_or((task_mean, kl));
     MetricRow {
         iteration: it,
         agent: name.into(),
         role: role.into(),
-        task_reward: task,
+        task_reward: task_mean,
         kl,
         beta: s.kl_coef,
-        combined_reward: task - s.kl_coef * kl,
+        combined_reward: task_mean - s.kl_coef * kl,
         policy_loss: f64::from(s.policy_loss),
         value_loss: f64::from(s.value_loss.unwrap_or(0.0)),
         entropy: f64::from(s.entropy),
@@ -591,6 +613,8 @@ pub fn metric_row(
         pioneer_task_reward: ptr,
         pioneer_kl: pkl,
         repetition: 0.0,
+        reward_std: std_dev(task),
+        frac_reward_zero_std: s.frac_reward_zero_std.map(f64::from),
         seconds: 0.0,
     }
 }
