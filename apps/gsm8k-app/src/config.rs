@@ -1,11 +1,31 @@
-//! The run's settings: `[run]`, `[ppo]`, `[cory]` (the library's config structs, nested as
-//! they are) and this task's own `[gsm8k]`, each field a flag of the same name. The fully
+//! The run's settings: `[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]` (the library's config
+//! structs, nested as they are) and this task's own `[gsm8k]`, each field a flag of the same
+//! name (`[grpo]` and `[rloo]` flags carry their section as a prefix: `--grpo-beta`). The fully
 //! resolved value is written to `<out>/config.toml`.
 use clap::Args;
 use lmrl_models::ValueHeadInit;
-use lmrl_rl::{CoryConfig, PpoConfig, RlError};
-use lmrl_train::{Algo, Config, RunSettings, Section, TrainConfig, TrainError, section};
+use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
+use lmrl_train::{
+    Algo, Config, LearnerAlgo, RunSettings, Section, TrainConfig, app_sections, setting,
+    validate_learners,
+};
 use serde::{Deserialize, Serialize};
+
+/// How a question becomes the policy's prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptStyle {
+    /// The CORY paper's 1-shot prompt: `Question: <exemplar>\nAnswer: <exemplar answer>\n
+    /// Question: {q}\nAnswer:` (the observer adds `Reference: {y₁}` before `Answer:`).
+    OneShot,
+    /// The same format without the exemplar: `Question: {q}\nAnswer:` (a third of the 1-shot
+    /// prompt's tokens).
+    ZeroShot,
+    /// SmolLM2-Instruct's chat template (the system message its template inserts, the question
+    /// as the user turn, then `<|im_start|>assistant\n`); the observer's user turn adds
+    /// `Reference: {y₁}`.
+    Chat,
+}
 
 /// How the problems file is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -31,6 +51,12 @@ pub struct Gsm8kConfig {
     #[command(flatten)]
     pub ppo: PpoConfig,
     #[command(flatten)]
+    #[serde(default)]
+    pub grpo: GrpoConfig,
+    #[command(flatten)]
+    #[serde(default)]
+    pub rloo: RlooConfig,
+    #[command(flatten)]
     pub cory: CoryConfig,
     #[command(flatten)]
     pub gsm8k: Gsm8kSettings,
@@ -54,9 +80,21 @@ pub struct Gsm8kSettings {
     /// seeds are evaluated on the same questions.
     #[arg(long)]
     pub split_seed: u64,
+    /// How a question is put to the model: `one-shot` (the paper's 1-shot prompt) or `chat`
+    /// (SmolLM2-Instruct's chat template).
+    #[arg(long, value_enum)]
+    #[serde(default = "default_prompt_style")]
+    pub prompt_style: PromptStyle,
     /// Largest response length in tokens (generation also stops at EOS).
     #[arg(long)]
     pub max_new_tokens: usize,
+    /// Generation (training and evaluation) also stops once a response ends with one of these
+    /// strings, kept in the response as the EOS is (matched on their token encodings). The
+    /// default ends a response at an invented follow-up `Question:`; `--stop-strings ''` turns
+    /// it off.
+    #[arg(long, num_args = 0..)]
+    #[serde(default)]
+    pub stop_strings: Vec<String>,
     /// Sampling temperature of the training rollouts (1.0 = the policy itself, as TRL).
     #[arg(long)]
     pub temperature: f32,
@@ -74,30 +112,53 @@ pub struct Gsm8kSettings {
     pub eval_temperature: f32,
 }
 
+fn default_prompt_style() -> PromptStyle {
+    PromptStyle::OneShot
+}
+
+/// The stop strings of a fresh run: an invented follow-up question ends the response.
+pub fn default_stop_strings() -> Vec<String> {
+    vec!["Question:".into()]
+}
+
 impl Gsm8kConfig {
-    /// The default run of `algo`: the paper's GSM8K settings (Table 2: lr PPO 1e-5, CORY 1e-4;
-    /// β₀ 0.01; batch / minibatch / accumulation 32 / 2 / 16, here 8 / 2 / 4 so one Adam step
-    /// per PPO epoch), the 0/1 (PPO) or 0/1/2 (CORY) reward fed as it is.
+    /// The default run of `algo`.
+    ///
+    /// PPO and CORY: the paper's GSM8K settings (Table 2: lr PPO 1e-5, CORY 1e-4; β₀ 0.01;
+    /// batch / minibatch / accumulation 32 / 2 / 16, here 8 / 2 / 4 so one Adam step per PPO
+    /// epoch), the 0/1 (PPO) or 0/1/2 (CORY) reward fed as it is. GRPO and RLOO (and CORY's
+    /// copies with `--cory-learner grpo|rloo`): `[grpo]` / `[rloo]`, sized for a run of
+    /// ≤ 30 minutes on a 2-core CPU that raises held-out pass@1 (docs/gsm8k-app.md).
     pub fn for_algo(algo: Algo) -> Self {
         let (batch, mini, gen_batch) = (8, 2, 8);
+        let group = |g: usize, prompts: usize, mini: usize| (g, prompts, mini, prompts * g / mini);
+        let (g, prompts, gmini, gas) = group(8, 4, 8);
+        let max_new_tokens = 48;
         Self {
             run: RunSettings {
                 algo,
+                cory_learner: LearnerAlgo::Ppo,
                 model: "smollm2-135m".into(),
-                iterations: 10,
+                iterations: match algo {
+                    Algo::Grpo | Algo::Rloo => 8,
+                    Algo::Ppo | Algo::Cory => 10,
+                },
                 seed: 0,
                 value_head_init: ValueHeadInit::Default,
                 lora_rank: 0,
                 lora_alpha: 16.0,
-                generation_batch_size: gen_batch,
+                generation_batch_size: match algo {
+                    Algo::Grpo | Algo::Rloo => prompts * g,
+                    Algo::Ppo | Algo::Cory => gen_batch,
+                },
                 checkpoint_every: 5,
                 keep_checkpoints: 2,
                 samples_every: 1,
             },
             ppo: PpoConfig {
                 learning_rate: match algo {
-                    Algo::Ppo => 1e-5,
                     Algo::Cory => 1e-4,
+                    _ => 1e-5,
                 },
                 batch_size: batch,
                 mini_batch_size: mini,
@@ -109,6 +170,25 @@ impl Gsm8kConfig {
                 use_score_norm: false,
                 ..PpoConfig::default()
             },
+            grpo: GrpoConfig {
+                learning_rate: 1e-5,
+                num_generations: g,
+                prompts_per_step: prompts,
+                mini_batch_size: gmini,
+                gradient_accumulation_steps: gas,
+                beta: 0.0,
+                max_completion_length: max_new_tokens,
+                ..GrpoConfig::default()
+            },
+            rloo: RlooConfig {
+                learning_rate: 1e-5,
+                num_generations: g,
+                prompts_per_step: prompts,
+                mini_batch_size: gmini,
+                gradient_accumulation_steps: gas,
+                max_completion_length: max_new_tokens,
+                ..RlooConfig::default()
+            },
             cory: CoryConfig {
                 pioneer_format_metrics: false,
                 ..CoryConfig::default()
@@ -118,13 +198,24 @@ impl Gsm8kConfig {
                 data_format: DataFormat::Auto,
                 test_fraction: 0.2,
                 split_seed: 0,
-                max_new_tokens: 48,
+                prompt_style: PromptStyle::OneShot,
+                max_new_tokens,
+                stop_strings: default_stop_strings(),
                 temperature: 1.0,
                 repetition_penalty: 1.0,
                 eval_limit: 64,
                 eval_k: 1,
                 eval_temperature: 0.0,
             },
+        }
+    }
+
+    /// Prompts per iteration (PPO's batch, or the group learners' prompts per step).
+    pub fn prompts_per_iteration(&self) -> usize {
+        match self.run.algo.learner(self.run.cory_learner) {
+            LearnerAlgo::Ppo => self.ppo.batch_size,
+            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
+            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
         }
     }
 }
@@ -142,73 +233,69 @@ pub fn check_eval_sampling(k: usize, temperature: f32) -> Result<(), String> {
     Ok(())
 }
 
-fn bad(field: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Setting {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
-fn in_section(section: &str, e: RlError) -> TrainError {
-    match e {
-        RlError::Config { field, reason } => bad(&format!("{section}.{field}"), reason),
-        other => bad(section, other.to_string()),
-    }
-}
-
 impl Config for Gsm8kConfig {
     const APP: &'static str = "gsm8k";
+
+    fn default_algo() -> Algo {
+        Algo::Grpo
+    }
 
     fn defaults(algo: Algo) -> Self {
         Self::for_algo(algo)
     }
 
     fn sections() -> Vec<Section> {
-        vec![
-            section::<RunSettings>("run"),
-            section::<PpoConfig>("ppo"),
-            section::<CoryConfig>("cory"),
-            section::<Gsm8kSettings>("gsm8k"),
-        ]
+        app_sections::<Gsm8kSettings>("gsm8k")
     }
 
     fn run(&self) -> &RunSettings {
         &self.run
     }
 
+    /// Seeds from the run seed; the group learners' temperature (their log-probs are those of
+    /// the tempered logits, as TRL's) and longest completion follow the sampler.
     fn finish(&mut self) {
-        self.ppo.seed = self.run.seed;
+        let seed = self.run.seed;
+        self.ppo.seed = seed;
+        self.grpo.seed = seed;
+        self.rloo.seed = seed;
+        let t = f64::from(self.gsm8k.temperature);
+        let len = self.gsm8k.max_new_tokens;
+        self.grpo.temperature = t;
+        self.rloo.temperature = t;
+        self.grpo.max_completion_length = len;
+        self.rloo.max_completion_length = len;
+        self.gsm8k.stop_strings.retain(|s| !s.is_empty());
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        self.run.validate()?;
-        self.ppo.validate().map_err(|e| in_section("ppo", e))?;
-        if self.run.algo == Algo::Cory && self.cory.swap_period == 0 {
-            return Err(bad("cory.swap_period", "must be at least 1 for CORY"));
-        }
+        validate_learners(&self.run, &self.ppo, &self.grpo, &self.rloo, &self.cory)?;
         let t = &self.gsm8k;
         if t.max_new_tokens == 0 {
-            return Err(bad("gsm8k.max_new_tokens", "must be at least 1"));
+            return Err(setting("gsm8k.max_new_tokens", "must be at least 1"));
         }
         if !(t.test_fraction > 0.0 && t.test_fraction < 1.0) {
-            return Err(bad(
+            return Err(setting(
                 "gsm8k.test_fraction",
                 format!("must be strictly between 0 and 1, got {}", t.test_fraction),
             ));
         }
         if !(t.temperature > 0.0 && t.temperature.is_finite()) {
-            return Err(bad("gsm8k.temperature", "must be a positive number"));
+            return Err(setting("gsm8k.temperature", "must be a positive number"));
         }
         if !(t.repetition_penalty > 0.0 && t.repetition_penalty.is_finite()) {
-            return Err(bad("gsm8k.repetition_penalty", "must be a positive number"));
+            return Err(setting(
+                "gsm8k.repetition_penalty",
+                "must be a positive number",
+            ));
         }
         if t.eval_k == 0 {
-            return Err(bad("gsm8k.eval_k", "must be at least 1"));
+            return Err(setting("gsm8k.eval_k", "must be at least 1"));
         }
         check_eval_sampling(t.eval_k, t.eval_temperature)
-            .map_err(|reason| bad("gsm8k.eval_temperature", reason))?;
+            .map_err(|reason| setting("gsm8k.eval_temperature", reason))?;
         if t.data.trim().is_empty() {
-            return Err(bad(
+            return Err(setting(
                 "gsm8k.data",
                 "a problems file or the asset `asdiv` is needed",
             ));
@@ -225,6 +312,14 @@ impl TrainConfig for Gsm8kConfig {
     fn cory(&self) -> &CoryConfig {
         &self.cory
     }
+
+    fn grpo(&self) -> &GrpoConfig {
+        &self.grpo
+    }
+
+    fn rloo(&self) -> &RlooConfig {
+        &self.rloo
+    }
 }
 
 #[cfg(test)]
@@ -233,8 +328,9 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_round_trip_through_toml() {
-        for algo in [Algo::Ppo, Algo::Cory] {
-            let c = Gsm8kConfig::for_algo(algo);
+        for algo in [Algo::Ppo, Algo::Cory, Algo::Grpo, Algo::Rloo] {
+            let mut c = Gsm8kConfig::for_algo(algo);
+            c.finish();
             c.validate().unwrap();
             let back: Gsm8kConfig = toml::from_str(&lmrl_train::to_toml(&c)).unwrap();
             assert_eq!(back, c);

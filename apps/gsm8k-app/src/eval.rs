@@ -28,6 +28,8 @@ pub struct EvalSettings {
     pub seed: u64,
     pub eos: Option<u32>,
     pub pad: u32,
+    /// Token sequences that end a response (see [`crate::setup::stop_sequences`]).
+    pub stop_sequences: Vec<Vec<u32>>,
 }
 
 /// What one question gave.
@@ -57,6 +59,10 @@ pub struct EvalRow {
     pub pass_at_k: f64,
     pub mean_response_tokens: f64,
     pub seconds: f64,
+    /// Questions of the file left out because the evaluated run trained on them (a problem
+    /// whose identity is in the run's training split never counts as held out).
+    #[serde(default)]
+    pub excluded_training: usize,
 }
 
 /// The outcome of [`evaluate`].
@@ -107,6 +113,7 @@ pub fn evaluate(
             pad_token_id: s.pad,
             seed: mix(&[s.seed, c as u64, stream::EVAL]),
             first_row: 0,
+            stop_sequences: s.stop_sequences.clone(),
         };
         let owned: Vec<Vec<u32>> = chunk.iter().map(|p| (*p).clone()).collect();
         let g =
@@ -177,6 +184,7 @@ pub fn eval_row(
         pass_at_k: e.pass_at_k,
         mean_response_tokens: e.mean_tokens,
         seconds: t0.elapsed().as_secs_f64(),
+        excluded_training: 0,
     };
     Ok((row, e.results))
 }
@@ -213,12 +221,12 @@ pub fn write_csv(path: &Path, rows: &[EvalRow]) -> Result<()> {
         let mut w = std::io::Cursor::new(&mut bytes);
         writeln!(
             w,
-            "stage,agent,dataset,split,questions,k,temperature,pass_at_1,pass_at_k,mean_response_tokens,seconds"
+            "stage,agent,dataset,split,questions,k,temperature,pass_at_1,pass_at_k,mean_response_tokens,seconds,excluded_training"
         )?;
         for r in rows {
             writeln!(
                 w,
-                "{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_field(&r.stage),
                 csv_field(&r.agent),
                 csv_field(&r.dataset),
@@ -229,7 +237,8 @@ pub fn write_csv(path: &Path, rows: &[EvalRow]) -> Result<()> {
                 r.pass_at_1,
                 r.pass_at_k,
                 r.mean_response_tokens,
-                r.seconds
+                r.seconds,
+                r.excluded_training
             )?;
         }
     }
@@ -248,9 +257,19 @@ fn csv_field(s: &str) -> String {
 /// What `--model` of `eval` names: a model, or an agent of a run / checkpoint directory.
 struct EvalModel {
     path: PathBuf,
-    /// The run's configuration when `--model` is a run directory.
+    /// The run's configuration when `--model` is a run directory or one of its checkpoints.
     run_config: Option<Gsm8kConfig>,
     label: String,
+}
+
+/// The copy a run's checkpoint holds by default: `policy` for single learners, `llm1` for CORY.
+fn default_agent(cfg: Option<&Gsm8kConfig>, ckpt: &Path) -> &'static str {
+    match cfg.map(|c| c.run.algo) {
+        Some(lmrl_train::Algo::Cory) => "llm1",
+        Some(_) => lmrl_train::POLICY,
+        None if ckpt.join("llm1").is_dir() => "llm1",
+        None => lmrl_train::POLICY,
+    }
 }
 
 fn resolve_model(
@@ -260,46 +279,57 @@ fn resolve_model(
 ) -> Result<EvalModel> {
     let p = PathBuf::from(model);
     let run_cfg = p.join(lmrl_train::CONFIG_FILE);
-    if p.is_dir() && run_cfg.is_file() && p.join("checkpoints").is_dir() {
+    let (ckpt, run_config) = if p.is_dir() && run_cfg.is_file() && p.join("checkpoints").is_dir() {
         let cfg: Gsm8kConfig = lmrl_train::read_config(&run_cfg)?;
         let (_, ckpt) = lmrl_runs::CheckpointDir::new(p.join("checkpoints"))
             .latest()?
             .with_context(|| format!("{} has no checkpoint", p.display()))?;
-        let agent = agent.unwrap_or(match cfg.run.algo {
-            lmrl_train::Algo::Ppo => lmrl_train::POLICY,
-            lmrl_train::Algo::Cory => "llm1",
-        });
-        let path = ckpt.join(agent);
-        if !path.is_dir() {
-            bail!(
-                "{} has no agent `{agent}` (PPO runs: policy; CORY runs: llm1, llm2)",
-                ckpt.display()
-            );
-        }
+        (ckpt, Some(cfg))
+    } else if p.is_dir() && p.join(lmrl_runs::STATE_FILE).is_file() {
+        // A checkpoint directory: `<run>/checkpoints/iter-N`; its run's settings, if there.
+        let run_cfg = p
+            .parent()
+            .and_then(Path::parent)
+            .map(|r| r.join(lmrl_train::CONFIG_FILE))
+            .filter(|f| f.is_file());
+        let cfg = match run_cfg {
+            Some(f) => Some(lmrl_train::read_config::<Gsm8kConfig>(&f)?),
+            None => None,
+        };
+        (p.clone(), cfg)
+    } else {
         return Ok(EvalModel {
-            path,
-            run_config: Some(cfg),
-            label: agent.to_string(),
-        });
-    }
-    if p.is_dir() && p.join(lmrl_runs::STATE_FILE).is_file() {
-        let agent = agent.unwrap_or("llm1");
-        let a = p.join(agent);
-        let path = if a.is_dir() { a } else { p.join("policy") };
-        return Ok(EvalModel {
-            label: path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            path,
+            path: lmrl_train::resolve_path_or_asset(cache, model)?,
             run_config: None,
+            label: model.to_string(),
         });
+    };
+    let agent = agent.unwrap_or(default_agent(run_config.as_ref(), &ckpt));
+    let path = ckpt.join(agent);
+    if !path.is_dir() {
+        bail!(
+            "{} has no agent `{agent}` (PPO, GRPO and RLOO runs: policy; CORY runs: llm1, llm2)",
+            ckpt.display()
+        );
     }
     Ok(EvalModel {
-        path: lmrl_train::resolve_path_or_asset(cache, model)?,
-        run_config: None,
-        label: model.to_string(),
+        path,
+        run_config,
+        label: agent.to_string(),
     })
+}
+
+/// The identities of the problems the run `cfg` trained on (its data, its split), to keep them
+/// out of any evaluation of that run.
+fn training_identities(
+    cache: &lmrl_data::AssetCache,
+    cfg: &Gsm8kConfig,
+) -> Result<std::collections::BTreeSet<String>> {
+    let g = &cfg.gsm8k;
+    let problems = setup::load_problems(cache, &g.data, g.data_format)
+        .with_context(|| format!("cannot read the evaluated run's training data `{}`", g.data))?;
+    let train = setup::split(problems, g.test_fraction, g.split_seed, Split::Train)?;
+    Ok(setup::identities(&train))
 }
 
 /// The `eval` command.
@@ -307,7 +337,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let cache = lmrl_train::asset_cache(args.cache_dir.as_deref())?;
     let m = resolve_model(&cache, &args.model, args.agent.as_deref())?;
     let base = m.run_config.clone().map_or_else(
-        || Gsm8kConfig::for_algo(lmrl_train::Algo::default()).gsm8k,
+        || {
+            let mut c = Gsm8kConfig::for_algo(<Gsm8kConfig as lmrl_train::Config>::default_algo());
+            lmrl_train::Config::finish(&mut c);
+            c.gsm8k
+        },
         |c| c.gsm8k,
     );
     let data = args.data.clone().unwrap_or(base.data.clone());
@@ -315,7 +349,15 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let test_fraction = args.test_fraction.unwrap_or(base.test_fraction);
     let split_seed = args.split_seed.unwrap_or(base.split_seed);
     let max_new_tokens = args.max_new_tokens.unwrap_or(base.max_new_tokens);
-    if !(test_fraction > 0.0 && test_fraction < 1.0) {
+    let style = args.prompt_style.unwrap_or(base.prompt_style);
+    let stop_strings: Vec<String> = args
+        .stop_strings
+        .clone()
+        .unwrap_or(base.stop_strings.clone())
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    if args.split != Split::All && !(test_fraction > 0.0 && test_fraction < 1.0) {
         bail!("--test-fraction must be strictly between 0 and 1, got {test_fraction}");
     }
     if args.k == 0 || max_new_tokens == 0 || args.batch_size == 0 {
@@ -331,12 +373,31 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let problems = setup::load_problems(&cache, &data, format)?;
     let dataset = setup::source_name(&problems);
     let mut problems = setup::split(problems, test_fraction, split_seed, args.split)?;
+    // A run's own training problems never count as held out, whatever file or split is asked.
+    let mut excluded = 0;
+    if let Some(cfg) = &m.run_config {
+        let seen = training_identities(&cache, cfg)?;
+        let before = problems.len();
+        problems.retain(|p| !seen.contains(&setup::problem_identity(&p.question)));
+        excluded = before - problems.len();
+        if excluded > 0 {
+            eprintln!(
+                "note: {excluded} of the {before} questions were in the run's training split and \
+                 are left out"
+            );
+        }
+    }
     if let Some(n) = args.limit {
         problems.truncate(n);
     }
     let (tok, config) = lmrl_train::load_tokenizer(&m.path)?;
-    let (tasks, dropped) =
-        setup::make_tasks(&problems, &tok, config.max_positions(), max_new_tokens)?;
+    let (tasks, dropped) = setup::make_tasks(
+        &problems,
+        &tok,
+        style,
+        config.max_positions(),
+        max_new_tokens,
+    )?;
     if dropped > 0 {
         eprintln!(
             "note: {dropped} questions skipped: prompt + {max_new_tokens} new tokens exceed the model's context"
@@ -352,6 +413,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         seed: args.seed,
         eos: tok.eos_token_id().or(config.eos_token_id()),
         pad: lmrl_train::pad_id(&tok, &config),
+        stop_sequences: setup::stop_sequences(&tok, &stop_strings)?,
     };
     eprintln!(
         "evaluating {} on {} questions of the {} {} split ({} per question, {})",
@@ -366,9 +428,10 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             format!("temperature {temperature}")
         }
     );
-    let (row, results) = eval_row(
+    let (mut row, results) = eval_row(
         "eval", &m.label, dataset, args.split, &lm, &tok, &tasks, &s, &device,
     )?;
+    row.excluded_training = excluded;
     if let Some(out) = &args.out {
         let mut bytes = Vec::new();
         for r in &results {

@@ -1,13 +1,17 @@
 //! Turning the `[gsm8k]` settings into things: problems and their deterministic train/test
-//! split, prompts that fit the model's context.
+//! split by problem identity, prompts (1-shot or chat) that fit the model's context, stop
+//! sequences.
+use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use lmrl_data::{AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_pioneer_prompt};
+use lmrl_data::{
+    AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_observer_prompt, gsm8k_pioneer_prompt,
+};
 use lmrl_models::LmTokenizer;
 
-use crate::config::DataFormat;
+use crate::config::{DataFormat, PromptStyle};
 
 /// Which reader a problems file needs (see [`DataFormat::Auto`]).
 pub fn detect_format(name: &str, path: &Path, format: DataFormat) -> Result<DataFormat> {
@@ -89,8 +93,42 @@ impl Split {
     }
 }
 
-/// The deterministic split: a seeded shuffle marks `round(n·test_fraction)` problems as test;
-/// both parts keep the file's order.
+/// A problem's identity: its question with case and whitespace runs normalised. Two records
+/// with the same identity are the same problem (ASDiv and GSM8K exports hold a few duplicates),
+/// whatever file or line they come from.
+pub fn problem_identity(question: &str) -> String {
+    question
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// FNV-1a over the bytes, then SplitMix64's finaliser: a hash that is the same on every
+/// platform and build (std's `DefaultHasher` promises neither).
+fn stable_hash(seed: u64, text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Whether the problem `question` belongs to the test split of `(test_fraction, split_seed)`:
+/// a seeded hash of its identity below `test_fraction` of the hash range. Membership depends on
+/// nothing but the question, the fraction and the seed — not on the file, its order, or the
+/// other problems — so duplicates always share a split, and a question trained on in one file
+/// is never a test question of another file under the same split settings.
+pub fn is_test(question: &str, test_fraction: f64, split_seed: u64) -> bool {
+    let h = stable_hash(split_seed, &problem_identity(question));
+    (h as f64) < test_fraction * (u64::MAX as f64)
+}
+
+/// The deterministic split by problem identity ([`is_test`]); both parts keep the file's
+/// order. `test_fraction` must be in [0, 1].
 pub fn split(
     problems: Vec<MathProblem>,
     test_fraction: f64,
@@ -100,11 +138,91 @@ pub fn split(
     if which == Split::All {
         return Ok(problems);
     }
-    let (train, test) = lmrl_data::train_test_split(problems, test_fraction, split_seed)?;
+    let (train, test) = train_test(problems, test_fraction, split_seed)?;
     Ok(match which {
         Split::Train => train,
         _ => test,
     })
+}
+
+/// Both parts of the split ([`is_test`]), in file order: `(train, test)`.
+pub fn train_test(
+    problems: Vec<MathProblem>,
+    test_fraction: f64,
+    split_seed: u64,
+) -> Result<(Vec<MathProblem>, Vec<MathProblem>)> {
+    if !(0.0..=1.0).contains(&test_fraction) {
+        bail!("test_fraction must be in [0, 1], got {test_fraction}");
+    }
+    Ok(problems
+        .into_iter()
+        .partition(|p| !is_test(&p.question, test_fraction, split_seed)))
+}
+
+/// The identities of `problems` ([`problem_identity`]).
+pub fn identities(problems: &[MathProblem]) -> BTreeSet<String> {
+    problems
+        .iter()
+        .map(|p| problem_identity(&p.question))
+        .collect()
+}
+
+/// The policy's prompt for `question`.
+pub fn prompt_text(style: PromptStyle, question: &str) -> String {
+    match style {
+        PromptStyle::OneShot => gsm8k_pioneer_prompt(question),
+        PromptStyle::ZeroShot => format!("Question: {}\nAnswer:", question.trim()),
+        PromptStyle::Chat => chat_prompt(question.trim()),
+    }
+}
+
+/// CORY's observer prompt: the question with the pioneer's answer as `Reference:`.
+pub fn observer_text(style: PromptStyle, question: &str, reference: &str) -> String {
+    match style {
+        PromptStyle::OneShot => gsm8k_observer_prompt(question, reference),
+        PromptStyle::ZeroShot => format!(
+            "Question: {}\nReference: {}\nAnswer:",
+            question.trim(),
+            reference.trim()
+        ),
+        PromptStyle::Chat => chat_prompt(&format!(
+            "{}\nReference: {}",
+            question.trim(),
+            reference.trim()
+        )),
+    }
+}
+
+/// SmolLM2-Instruct's chat template (`tokenizer_config.json`'s `chat_template`) for one user
+/// turn with the system message it inserts when none is given, and the generation prompt.
+fn chat_prompt(user: &str) -> String {
+    format!(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
+}
+
+/// The token sequences that end a response at one of `stops`: each string's encoding at the
+/// start of a text and after a space or line break(s), as a byte-level BPE splits it there
+/// (`"\nQuestion:"` → `Ċ`, `Question`, `:`; `" Question:"` → `ĠQuestion`, `:`), without the
+/// separator's own tokens. Duplicates removed, in a fixed order.
+pub fn stop_sequences(tok: &LmTokenizer, stops: &[String]) -> Result<Vec<Vec<u32>>> {
+    let mut out: Vec<Vec<u32>> = Vec::new();
+    for s in stops.iter().filter(|s| !s.is_empty()) {
+        for sep in ["", " ", "\n", "\n\n", ". "] {
+            let lead = tok.encode(sep)?;
+            let full = tok.encode(&format!("{sep}{s}"))?;
+            let common = lead.iter().zip(&full).take_while(|(a, b)| a == b).count();
+            if common < lead.len() {
+                continue; // the separator merged with the string: not a clean boundary
+            }
+            let seq = full[common..].to_vec();
+            if !seq.is_empty() && !out.contains(&seq) {
+                out.push(seq);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A problem ready for the policy: its 1-shot prompt tokens and the ground truth.
@@ -114,21 +232,24 @@ pub struct MathTask {
     /// `"#### N"` with the canonical ground truth, the form the checker reads.
     pub truth: String,
     pub final_answer: String,
+    /// The prompt text and its tokens.
+    pub prompt: String,
     pub prompt_ids: Vec<u32>,
 }
 
-/// Encodes the pioneer (1-shot) prompt of each problem and keeps those whose prompt plus
+/// Encodes the prompt ([`prompt_text`]) of each problem and keeps those whose prompt plus
 /// `room` more tokens fit in the model's context. Returns the tasks and how many were dropped.
 pub fn make_tasks(
     problems: &[MathProblem],
     tok: &LmTokenizer,
+    style: PromptStyle,
     max_positions: usize,
     room: usize,
 ) -> Result<(Vec<MathTask>, usize)> {
     let mut tasks = Vec::with_capacity(problems.len());
     let mut dropped = 0;
     for p in problems {
-        let prompt = gsm8k_pioneer_prompt(&p.question);
+        let prompt = prompt_text(style, &p.question);
         let ids = tok
             .encode(&prompt)
             .with_context(|| format!("cannot tokenise the question {:?}", p.question))?;
@@ -140,6 +261,7 @@ pub fn make_tasks(
             question: p.question.clone(),
             truth: format!("#### {}", p.final_answer),
             final_answer: p.final_answer.clone(),
+            prompt,
             prompt_ids: ids,
         });
     }

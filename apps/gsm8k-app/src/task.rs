@@ -6,7 +6,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use lmrl_data::gsm8k_observer_prompt;
 use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer, ModelError, Sampling};
 use lmrl_rewards::{
     AnswerChecker, AnswerContext, Reward, RewardError, Sample, cut_continuation,
@@ -66,14 +65,16 @@ pub struct GsmTask {
     pad: u32,
     seed: u64,
     generation_batch_size: usize,
+    /// Token sequences that end a response ([`setup::stop_sequences`] of the stop strings).
+    stop_sequences: Vec<Vec<u32>>,
 }
 
 /// Tokens a prompt must leave free in the context: the response, and for CORY the observer's
 /// `Reference: <pioneer response>` line as well (re-encoded text may take a few more tokens).
 fn context_room(cfg: &Gsm8kConfig) -> usize {
     match cfg.run.algo {
-        lmrl_train::Algo::Ppo => cfg.gsm8k.max_new_tokens,
         lmrl_train::Algo::Cory => 3 * cfg.gsm8k.max_new_tokens + 16,
+        _ => cfg.gsm8k.max_new_tokens,
     }
 }
 
@@ -83,14 +84,14 @@ impl GsmTask {
         let t = &cfg.gsm8k;
         let problems = setup::load_problems(env.cache, &t.data, t.data_format)?;
         let dataset = setup::source_name(&problems);
-        let (train_p, test_p) =
-            lmrl_data::train_test_split(problems, t.test_fraction, t.split_seed)?;
+        let (train_p, test_p) = setup::train_test(problems, t.test_fraction, t.split_seed)?;
         let room = context_room(cfg);
         let max_pos = env.model.max_positions();
-        let (train, dropped) = setup::make_tasks(&train_p, env.tokenizer, max_pos, room)?;
+        let style = t.prompt_style;
+        let (train, dropped) = setup::make_tasks(&train_p, env.tokenizer, style, max_pos, room)?;
         let test_p: Vec<_> = test_p.into_iter().take(t.eval_limit).collect();
         let (test, dropped_test) =
-            setup::make_tasks(&test_p, env.tokenizer, max_pos, t.max_new_tokens)?;
+            setup::make_tasks(&test_p, env.tokenizer, style, max_pos, t.max_new_tokens)?;
         if dropped + dropped_test > 0 {
             eprintln!(
                 "note: {dropped} training and {dropped_test} test questions skipped: their prompts \
@@ -98,25 +99,25 @@ impl GsmTask {
                 t.max_new_tokens
             );
         }
-        if train.len() < cfg.ppo.batch_size {
+        let batch = cfg.prompts_per_iteration();
+        if train.len() < batch {
             bail!(
-                "only {} {dataset} training questions fit, fewer than one batch of {}",
+                "only {} {dataset} training questions fit, fewer than one batch of {batch}",
                 train.len(),
-                cfg.ppo.batch_size
             );
         }
         eprintln!(
-            "{dataset}: {} training questions ({} iterations per epoch of {}), {} test questions \
-             evaluated",
+            "{dataset}: {} training questions ({} iterations per epoch of {batch} prompts), {} \
+             held-out test questions evaluated",
             train.len(),
-            train.len() / cfg.ppo.batch_size,
-            cfg.ppo.batch_size,
+            train.len() / batch,
             test.len(),
         );
+        let stop_sequences = setup::stop_sequences(env.tokenizer, &t.stop_strings)?;
         let prompts = train
             .into_iter()
             .map(|m| Prompt {
-                text: lmrl_data::gsm8k_pioneer_prompt(&m.question),
+                text: m.prompt,
                 ids: m.prompt_ids,
                 context: Problem {
                     question: m.question,
@@ -135,6 +136,7 @@ impl GsmTask {
             pad: env.pad_id,
             seed: cfg.run.seed,
             generation_batch_size: cfg.run.generation_batch_size,
+            stop_sequences,
         })
     }
 
@@ -152,11 +154,13 @@ impl GsmTask {
             seed: self.seed,
             eos: self.eos,
             pad: self.pad,
+            stop_sequences: self.stop_sequences.clone(),
         }
     }
 
-    /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table (the
-    /// rows of the base model are kept across a resume).
+    /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table: the
+    /// "before" rows start it (a run started again in place replaces those of its first try),
+    /// the "after" rows replace any earlier "after" rows and keep the "before" ones (a resume).
     fn evaluate_copies(&self, stage: Stage, copies: &[(&str, &AutoLm)], out: &Path) -> Result<()> {
         if self.settings.eval_limit == 0 || self.test.is_empty() {
             return Ok(());
@@ -165,10 +169,13 @@ impl GsmTask {
             Stage::Before => "before",
             Stage::After => "after",
         };
-        let mut rows: Vec<EvalRow> = read_eval_rows(out)?
-            .into_iter()
-            .filter(|r| r.stage == "before")
-            .collect();
+        let mut rows: Vec<EvalRow> = match stage {
+            Stage::Before => Vec::new(),
+            Stage::After => read_eval_rows(out)?
+                .into_iter()
+                .filter(|r| r.stage == "before")
+                .collect(),
+        };
         for (name, lm) in copies {
             let (row, _) = eval_row(
                 stage_name,
@@ -190,9 +197,14 @@ impl GsmTask {
         write_eval(out, &rows)?;
         if stage == Stage::After {
             println!(
-                "pass@k on {} held-out {} questions (answer checker, 1-shot prompt):\n\n{}",
+                "pass@k on {} held-out {} questions (answer checker, {} prompt):\n\n{}",
                 self.test.len(),
                 self.dataset,
+                match self.settings.prompt_style {
+                    crate::config::PromptStyle::OneShot => "1-shot",
+                    crate::config::PromptStyle::ZeroShot => "0-shot",
+                    crate::config::PromptStyle::Chat => "chat",
+                },
                 markdown(&rows)
             );
         }
@@ -237,14 +249,15 @@ impl Task for GsmTask {
         prompt: &Prompt<Problem>,
         pioneer_response: &str,
     ) -> std::result::Result<String, TaskError> {
-        Ok(gsm8k_observer_prompt(
+        Ok(setup::observer_text(
+            self.settings.prompt_style,
             &prompt.context.question,
             &reference_text(pioneer_response),
         ))
     }
 
     /// Pure sampling at the configured temperature (TRL's `top_k=0, top_p=1.0,
-    /// do_sample=True`), stopping at EOS or `max_new_tokens`.
+    /// do_sample=True`), stopping at EOS, a stop string or `max_new_tokens`.
     fn generation(&self, _iteration: usize, seed: u64) -> GenerationConfig {
         GenerationConfig {
             sampling: Sampling::Sample {
@@ -258,6 +271,7 @@ impl Task for GsmTask {
             pad_token_id: self.pad,
             seed,
             first_row: 0,
+            stop_sequences: self.stop_sequences.clone(),
         }
     }
 

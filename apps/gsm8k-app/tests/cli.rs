@@ -1,50 +1,15 @@
 //! The built `gsm8k-app` binary: the `check` contract on adversarial lines (expected values
 //! worked out by hand from the checker's documented rules), `eval` and short `train` runs of
 //! PPO and CORY on the tiny Llama fixture, resume, LoRA, and failures on bad input.
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
 use lmrl_runs::read_rows;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gsm8k-app"))
-}
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
-
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("gsm8k-app runs");
-    assert!(
-        out.status.success(),
-        "gsm8k-app failed ({:?}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn run_err(cmd: &mut Command) -> (i32, String) {
-    let out = cmd.output().expect("gsm8k-app runs");
-    assert!(!out.status.success(), "expected a failure");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn read_jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 // ---------------------------------------------------------------------------------------
 // check
@@ -174,164 +139,6 @@ fn check_fails_naming_the_bad_line_and_writes_nothing() {
 
 // ---------------------------------------------------------------------------------------
 // tiny model + data
-
-/// Words of the 1-shot template, the fixture problems and numbers: the word-level vocabulary
-/// of the test tokenizer (the fixture model has 1000 embedding rows and no tokenizer).
-fn vocabulary() -> Vec<String> {
-    let mut v: Vec<String> = ["<unk>", "<s>", "</s>"].map(String::from).to_vec();
-    let text = "Question: Shawn has five toys. For Christmas, he got two toys each from his mom \
-                and dad. How many toys does he have now? Answer: Shawn started with 5 toys. If \
-                he got 2 toys each from his mom and dad, then that is 4 more toys. 5 + 4 = 9. \
-                Reference: Tom Ann buys apples pears gives away left total";
-    let mut words: Vec<String> = Vec::new();
-    let mut cur = String::new();
-    for c in text.chars() {
-        if c.is_alphanumeric() {
-            cur.push(c);
-        } else {
-            if !cur.is_empty() {
-                words.push(std::mem::take(&mut cur));
-            }
-            if !c.is_whitespace() {
-                words.push(c.to_string());
-            }
-        }
-    }
-    for n in 0..200 {
-        words.push(n.to_string());
-    }
-    for w in words {
-        if !v.contains(&w) {
-            v.push(w);
-        }
-    }
-    let mut i = 0;
-    while v.len() < 1000 {
-        v.push(format!("w{i}"));
-        i += 1;
-    }
-    v
-}
-
-/// llama-tiny with a word-level `tokenizer.json` (1000 entries) in a temporary directory.
-fn tiny_model(dir: &Path) -> PathBuf {
-    let m = dir.join("llama-tiny");
-    std::fs::create_dir_all(&m).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture("llama-tiny").join(f), m.join(f)).unwrap();
-    }
-    let vocab = vocabulary();
-    let map: serde_json::Map<String, Value> = vocab
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (w.clone(), json!(i)))
-        .collect();
-    let special = |id: usize, s: &str| {
-        json!({"id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false,
-               "normalized": false, "special": true})
-    };
-    let tok = json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": map, "unk_token": "<unk>"}
-    });
-    std::fs::write(m.join("tokenizer.json"), tok.to_string()).unwrap();
-    m
-}
-
-/// 20 GSM8K-format problems: "Tom has a apples and buys b more apples. ..." → a + b.
-fn tiny_data(dir: &Path) -> PathBuf {
-    let p = dir.join("problems.jsonl");
-    let mut s = String::new();
-    for i in 0..20 {
-        let (a, b) = (i + 1, (i * 7) % 9 + 1);
-        let q = format!(
-            "Tom has {a} apples and buys {b} more apples. How many apples does Tom have now?"
-        );
-        let ans = format!("Tom has {a} + {b} = {} apples.\n#### {}", a + b, a + b);
-        s.push_str(&json!({"question": q, "answer": ans}).to_string());
-        s.push('\n');
-    }
-    std::fs::write(&p, s).unwrap();
-    p
-}
-
-struct Tiny {
-    dir: TempDir,
-    model: PathBuf,
-    data: PathBuf,
-}
-
-fn tiny() -> Tiny {
-    let dir = TempDir::new().unwrap();
-    let model = tiny_model(dir.path());
-    let data = tiny_data(dir.path());
-    Tiny { dir, model, data }
-}
-
-/// `train` on the tiny fixture, with `extra` flag/value pairs replacing the defaults below.
-fn train_cmd(t: &Tiny, algo: &str, out: &Path, extra: &[(&str, &str)]) -> Command {
-    let mut flags: Vec<(&str, &str)> = vec![
-        ("--iterations", "2"),
-        ("--batch-size", "2"),
-        ("--mini-batch-size", "1"),
-        ("--gradient-accumulation-steps", "2"),
-        ("--ppo-epochs", "1"),
-        ("--max-new-tokens", "4"),
-        ("--eval-limit", "2"),
-        ("--swap-period", "1"),
-        ("--checkpoint-every", "1"),
-    ];
-    for (f, v) in extra {
-        match flags.iter_mut().find(|(g, _)| g == f) {
-            Some(slot) => slot.1 = v,
-            None => flags.push((f, v)),
-        }
-    }
-    let mut c = bin();
-    c.arg("train")
-        .args(["--algo", algo, "--model"])
-        .arg(&t.model)
-        .arg("--data")
-        .arg(&t.data)
-        .arg("--out")
-        .arg(out)
-        .arg("--cache-dir")
-        .arg(t.dir.path().join("cache"));
-    for (f, v) in flags {
-        c.args([f, v]);
-    }
-    c
-}
-
-fn csv_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-/// Asserts that two runs logged the same metrics: every row, every column but the wall-clock
-/// `seconds` (exact resume restores weights, value heads, Adam moments, β, running score
-/// moments, minibatch RNG, roles and the data order, so nothing may differ).
-fn assert_same_metrics(a: &Path, b: &Path, rows: usize) {
-    let a = read_rows(&a.join("metrics.csv")).unwrap();
-    let b = read_rows(&b.join("metrics.csv")).unwrap();
-    assert_eq!(a.len(), rows);
-    assert_eq!(b.len(), rows);
-    for (x, y) in a.iter().zip(&b) {
-        let mut y = y.clone();
-        y.seconds = x.seconds;
-        assert_eq!(*x, y, "iteration {}, {}", x.iteration, x.agent);
-    }
-}
 
 fn assert_checkpoint(run: &Path, iters: usize, agents: &[&str]) {
     let ck = run.join(format!("checkpoints/iter-{iters:06}"));
@@ -655,7 +462,7 @@ fn eval_reports_pass_at_k_on_the_held_out_split() {
         let c = r["correct"].as_u64().unwrap();
         assert!(c <= 3);
     }
-    // 20 problems, test fraction 0.2: the test split has 4 questions; the train split 16.
+    // 20 problems, test fraction 0.2: the split by problem identity holds out 5 of them.
     let o = run_ok(
         bin()
             .arg("eval")
@@ -665,7 +472,232 @@ fn eval_reports_pass_at_k_on_the_held_out_split() {
             .arg(&t.data)
             .args(["--split", "test", "--max-new-tokens", "2"]),
     );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("| test | 4 | 1 |"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| test | 5 | 1 |"));
+}
+
+/// `eval --data FILE --split all` evaluates every question of any GSM8K-format file; the
+/// split is by problem identity, so train and test never share a question (duplicates
+/// included), and an evaluation of a run leaves out every question that run trained on.
+#[test]
+fn eval_on_any_file_never_counts_training_questions() {
+    let t = tiny();
+    let questions = |split: &str, data: &Path, model: &Path| -> Vec<String> {
+        let jsonl = t.dir.path().join(format!("q-{split}.jsonl"));
+        run_ok(
+            bin()
+                .arg("eval")
+                .arg("--model")
+                .arg(model)
+                .arg("--data")
+                .arg(data)
+                .args(["--split", split, "--max-new-tokens", "1", "--out"])
+                .arg(&jsonl)
+                .arg("--cache-dir")
+                .arg(t.dir.path().join("cache")),
+        );
+        read_jsonl(&jsonl)
+            .iter()
+            .map(|r| r["question"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // A file with every problem twice (the second copy with other spacing and case).
+    let dup = t.dir.path().join("dup.jsonl");
+    let mut text = std::fs::read_to_string(&t.data).unwrap();
+    for line in std::fs::read_to_string(&t.data).unwrap().lines() {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        let q = v["question"].as_str().unwrap().replace(' ', "  ").to_uppercase();
+        v["question"] = json!(q);
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&dup, text).unwrap();
+    let all = questions("all", &dup, &t.model);
+    let train = questions("train", &dup, &t.model);
+    let test = questions("test", &dup, &t.model);
+    assert_eq!(all.len(), 40);
+    assert_eq!(train.len() + test.len(), 40);
+    assert_eq!(test.len(), 10, "5 problems held out, each with its duplicate");
+    let norm = |q: &str| q.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    for q in &test {
+        assert!(
+            train.iter().all(|x| norm(x) != norm(q)),
+            "{q} is in both splits"
+        );
+    }
+    // A trained run: evaluating it on the whole file leaves out its 15 training problems (and
+    // their duplicates), whatever split is asked for.
+    let out = t.dir.path().join("run");
+    run_ok(&mut train_cmd(
+        &t,
+        "ppo",
+        &out,
+        &[("--iterations", "1"), ("--eval-limit", "0")],
+    ));
+    let csv = t.dir.path().join("all.csv");
+    let o = run_ok(
+        bin()
+            .arg("eval")
+            .arg("--model")
+            .arg(&out)
+            .arg("--data")
+            .arg(&dup)
+            .args(["--split", "all", "--max-new-tokens", "1", "--csv"])
+            .arg(&csv)
+            .arg("--cache-dir")
+            .arg(t.dir.path().join("cache")),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("30 of the 40 questions were in the run's training split"), "{err}");
+    let row = csv_lines(&csv);
+    assert!(row[0].ends_with(",excluded_training"), "{}", row[0]);
+    assert!(row[1].starts_with("eval,policy,GSM8K,all,10,"), "{}", row[1]);
+    assert!(row[1].ends_with(",30"), "{}", row[1]);
+    let from_run = questions("all", &dup, &out);
+    assert_eq!(from_run.len(), 10);
+    for q in &from_run {
+        assert!(test.iter().any(|x| norm(x) == norm(q)), "{q} was trained on");
+    }
+}
+
+/// Group-learner flags of a tiny run: 2 prompts × 2 samples per step, one Adam step.
+const GROUP: [(&str, &str); 4] = [
+    ("--num-generations", "2"),
+    ("--prompts-per-step", "2"),
+    ("--mini-batch-size", "2"),
+    ("--gradient-accumulation-steps", "2"),
+];
+
+fn group_flags(algo: &str, extra: &[(&'static str, &'static str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = GROUP
+        .iter()
+        .map(|(f, x)| (format!("--{algo}-{}", &f[2..]), x.to_string()))
+        .collect();
+    v.extend(extra.iter().map(|(f, x)| (f.to_string(), x.to_string())));
+    v
+}
+
+fn group_cmd(t: &Tiny, algo: &str, learner: &str, out: &Path, extra: &[(String, String)]) -> Command {
+    let e: Vec<(&str, &str)> = extra.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let mut c = train_cmd(t, algo, out, &e);
+    if algo == "cory" {
+        c.args(["--cory-learner", learner]);
+    }
+    c
+}
+
+#[test]
+fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
+    let t = tiny();
+    for algo in ["grpo", "rloo"] {
+        let full = t.dir.path().join(format!("{algo}-full"));
+        let flags = group_flags(algo, &[("--iterations", "3"), ("--grpo-beta", "0.04")]);
+        let o = run_ok(&mut group_cmd(&t, algo, algo, &full, &flags));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(stdout.contains("| after | policy | GSM8K | test |"), "{stdout}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("zero-std") && err.contains(" len "), "{err}");
+        let cfg = std::fs::read_to_string(full.join("config.toml")).unwrap();
+        assert!(cfg.contains(&format!("algo = \"{algo}\"")), "{cfg}");
+        assert!(cfg.contains("[grpo]") && cfg.contains("[rloo]"), "{cfg}");
+        let rows = read_rows(&full.join("metrics.csv")).unwrap();
+        assert_eq!(rows.len(), 3);
+        for r in &rows {
+            assert_eq!(r.agent, "policy");
+            assert!(r.frac_reward_zero_std.is_some_and(|z| (0.0..=1.0).contains(&z)));
+            assert!(r.reward_std.is_some());
+            assert!(r.response_len > 0.0 && r.kl.is_finite());
+        }
+        // Samples: 2 prompts × 2 generations per iteration, each prompt twice in a row.
+        let s = read_jsonl(&full.join("samples.jsonl"));
+        assert_eq!(s.len(), 3 * 4);
+        assert_eq!(s[0]["question"], s[1]["question"]);
+        assert_eq!(s[2]["question"], s[3]["question"]);
+        let ck = full.join("checkpoints/iter-000003/policy");
+        for f in ["model.safetensors", "optimizer.bpk", "trainer_state.toml", "tokenizer.json"] {
+            assert!(ck.join(f).is_file(), "{f}");
+        }
+        assert!(!ck.join("value_head.safetensors").exists(), "no critic");
+        let part = t.dir.path().join(format!("{algo}-part"));
+        let flags = group_flags(algo, &[("--iterations", "2"), ("--grpo-beta", "0.04")]);
+        run_ok(&mut group_cmd(&t, algo, algo, &part, &flags));
+        run_ok(
+            bin()
+                .arg("--resume")
+                .arg(&part)
+                .args(["--iterations", "3", "--cache-dir"])
+                .arg(t.dir.path().join("cache")),
+        );
+        assert_same_metrics(&full, &part, 3);
+        let samples = |d: &Path| std::fs::read_to_string(d.join("samples.jsonl")).unwrap();
+        assert_eq!(samples(&full), samples(&part));
+        // The run evaluates standalone (its agent is `policy`).
+        run_ok(
+            bin()
+                .arg("eval")
+                .arg("--model")
+                .arg(&full)
+                .args(["--limit", "1", "--max-new-tokens", "2", "--cache-dir"])
+                .arg(t.dir.path().join("cache")),
+        );
+    }
+}
+
+#[test]
+fn cory_runs_over_grpo_and_resumes_exactly() {
+    let t = tiny();
+    let flags = group_flags(
+        "grpo",
+        &[("--iterations", "3"), ("--swap-period", "2"), ("--eval-limit", "0")],
+    );
+    let full = t.dir.path().join("cg-full");
+    run_ok(&mut group_cmd(&t, "cory", "grpo", &full, &flags));
+    let cfg = std::fs::read_to_string(full.join("config.toml")).unwrap();
+    assert!(cfg.contains("cory_learner = \"grpo\""), "{cfg}");
+    let m = csv_lines(&full.join("metrics.csv"));
+    assert_eq!(m.len(), 1 + 6);
+    assert!(m[1].starts_with("0,llm1,pioneer,"), "{}", m[1]);
+    assert!(m[2].starts_with("0,llm2,observer,"), "{}", m[2]);
+    assert!(m[5].starts_with("2,llm1,observer,"), "{}", m[5]);
+    // Each iteration: 2 prompts × G = 2 pioneer samples and 4 observer answers, one per
+    // pioneer sample.
+    let s = read_jsonl(&full.join("samples.jsonl"));
+    assert_eq!(s.len(), 3 * 8);
+    let obs: Vec<&Value> = s
+        .iter()
+        .filter(|x| x["iteration"] == 0 && x["role"] == "observer")
+        .collect();
+    let pio: Vec<&Value> = s
+        .iter()
+        .filter(|x| x["iteration"] == 0 && x["role"] == "pioneer")
+        .collect();
+    assert_eq!((obs.len(), pio.len()), (4, 4));
+    for (o, p) in obs.iter().zip(&pio) {
+        assert_eq!(o["question"], p["question"]);
+    }
+    let ck = full.join("checkpoints/iter-000003");
+    assert!(ck.join("cory_state.toml").is_file());
+    assert!(!ck.join("llm1/value_head.safetensors").exists());
+    let part = t.dir.path().join("cg-part");
+    let flags = group_flags(
+        "grpo",
+        &[("--iterations", "2"), ("--swap-period", "2"), ("--eval-limit", "0")],
+    );
+    run_ok(&mut group_cmd(&t, "cory", "grpo", &part, &flags));
+    run_ok(
+        bin()
+            .arg("--resume")
+            .arg(&part)
+            .args(["--iterations", "3", "--cache-dir"])
+            .arg(t.dir.path().join("cache")),
+    );
+    assert_same_metrics(&full, &part, 6);
+    // A CORY learner setting on a run that is not CORY is refused.
+    let (code, err) = run_err(
+        train_cmd(&t, "ppo", &t.dir.path().join("x"), &[])
+            .args(["--cory-learner", "grpo"]),
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("cory_learner"), "{err}");
 }
 
 #[test]

@@ -23,6 +23,8 @@ struct Run {
     name: String,
     config: ImdbConfig,
     rows: Vec<MetricRow>,
+    /// Up to four `agent (role): response` lines of the last logged iteration.
+    last_samples: Vec<String>,
 }
 
 impl Run {
@@ -71,6 +73,26 @@ impl Run {
     }
 }
 
+/// The first four responses of `samples_last.jsonl`, if the run has one.
+fn read_last_samples(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .take(4)
+        .map(|v| {
+            format!(
+                "{} ({}): {}{}",
+                v["agent"].as_str().unwrap_or("?"),
+                v["role"].as_str().unwrap_or("?"),
+                v["prompt"].as_str().unwrap_or(""),
+                v["response"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 fn read_runs(dir: &Path) -> Result<Vec<Run>> {
     let mut runs = Vec::new();
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -88,7 +110,9 @@ fn read_runs(dir: &Path) -> Result<Vec<Run>> {
                 p.display()
             );
         }
+        let last_samples = read_last_samples(&p.join("samples_last.jsonl"));
         runs.push(Run {
+            last_samples,
             name: p
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -130,6 +154,12 @@ struct Report {
     /// CORY's LLM1 − LLM2 over the last `tail` iterations (plain-query format), paired by seed.
     llm1_minus_llm2_reward: Option<Ival>,
     llm1_minus_llm2_kl: Option<Ival>,
+    /// Collapse indicators over the last `tail` iterations, training-role rows: the policy's
+    /// mean per-token entropy and the share of repeated words in its responses.
+    entropy_tail: BTreeMap<&'static str, Ival>,
+    repetition_tail: BTreeMap<&'static str, Ival>,
+    /// A few responses of each run's last logged iteration (`samples_last.jsonl`).
+    samples: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -215,6 +245,33 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
             combined_slope.insert(l, i);
         }
     }
+    let tail_rows = |r: &Run, pick: fn(&MetricRow) -> f64| -> f64 {
+        let last = r.rows.iter().map(|x| x.iteration).max().unwrap_or(0);
+        let from = (last + 1).saturating_sub(tail);
+        let sel: Vec<f64> = r
+            .rows
+            .iter()
+            .filter(|x| x.iteration >= from)
+            .map(pick)
+            .collect();
+        sel.iter().sum::<f64>() / sel.len().max(1) as f64
+    };
+    let mut entropy_tail = BTreeMap::new();
+    let mut repetition_tail = BTreeMap::new();
+    for (is_cory, group) in [(false, &ppo), (true, &cory)] {
+        let l = label(is_cory);
+        if let Some(i) = ival(group.iter().map(|r| tail_rows(r, |x| x.entropy)).collect()) {
+            entropy_tail.insert(l, i);
+        }
+        if let Some(i) = ival(
+            group
+                .iter()
+                .map(|r| tail_rows(r, |x| x.repetition))
+                .collect(),
+        ) {
+            repetition_tail.insert(l, i);
+        }
+    }
     let llm =
         |agent: &str| -> Vec<(f64, f64)> { cory.iter().map(|r| r.tail_of(agent, tail)).collect() };
     let (l1, l2) = (llm("llm1"), llm("llm2"));
@@ -242,6 +299,13 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
         combined_slope,
         llm1_minus_llm2_reward: ival(l1.iter().zip(&l2).map(|(a, b)| a.0 - b.0).collect()),
         llm1_minus_llm2_kl: ival(l1.iter().zip(&l2).map(|(a, b)| a.1 - b.1).collect()),
+        entropy_tail,
+        repetition_tail,
+        samples: runs
+            .iter()
+            .map(|r| (r.name.clone(), r.last_samples.clone()))
+            .filter(|(_, s)| !s.is_empty())
+            .collect(),
     }
 }
 
@@ -267,7 +331,9 @@ fn markdown(r: &Report) -> String {
          | slope of r − β·KL per iteration: PPO | {} |\n\
          | slope of r − β·KL per iteration: CORY | {} |\n\
          | CORY LLM1 − LLM2 task reward, last {} | {} |\n\
-         | CORY LLM1 − LLM2 KL, last {} | {} |\n",
+         | CORY LLM1 − LLM2 KL, last {} | {} |\n\
+         | entropy (training role), last {}: PPO / CORY | {} / {} |\n\
+         | repeated-word share, last {}: PPO / CORY | {} / {} |\n{}",
         r.runs.len(),
         r.seeds_ppo,
         r.seeds_cory,
@@ -290,7 +356,28 @@ fn markdown(r: &Report) -> String {
         fmt(&r.llm1_minus_llm2_reward),
         r.tail,
         fmt(&r.llm1_minus_llm2_kl),
+        r.tail,
+        g(&r.entropy_tail, "ppo"),
+        g(&r.entropy_tail, "cory"),
+        r.tail,
+        g(&r.repetition_tail, "ppo"),
+        g(&r.repetition_tail, "cory"),
+        samples_md(&r.samples),
     )
+}
+
+fn samples_md(samples: &BTreeMap<String, Vec<String>>) -> String {
+    let mut s = String::new();
+    if !samples.is_empty() {
+        s.push_str("\nLast logged responses:\n\n");
+    }
+    for (run, lines) in samples {
+        s.push_str(&format!("- `{run}`\n"));
+        for l in lines {
+            s.push_str(&format!("  - {}\n", l.replace('\n', " ")));
+        }
+    }
+    s
 }
 
 /// The mean ± std curves of every algorithm (plain-query format) into `out`.

@@ -1,10 +1,14 @@
-//! The run's settings: `[run]`, `[ppo]`, `[cory]` (the library's config structs, nested as
-//! they are) and this task's own `[imdb]`, each field a flag of the same name. The fully
+//! The run's settings: `[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]` (the library's config
+//! structs, nested as they are) and this task's own `[imdb]`, each field a flag of the same
+//! name (`[grpo]` and `[rloo]` flags carry their section as a prefix: `--grpo-beta`). The fully
 //! resolved value is written to `<out>/config.toml`.
 use clap::Args;
 use lmrl_models::ValueHeadInit;
-use lmrl_rl::{CoryConfig, PpoConfig, RlError};
-use lmrl_train::{Algo, Config, RunSettings, Section, TrainConfig, TrainError, section};
+use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
+use lmrl_train::{
+    Algo, Config, LearnerAlgo, RunSettings, Section, TrainConfig, app_sections, setting,
+    validate_learners,
+};
 use serde::{Deserialize, Serialize};
 
 /// Everything that decides what a run computes.
@@ -15,6 +19,12 @@ pub struct ImdbConfig {
     pub run: RunSettings,
     #[command(flatten)]
     pub ppo: PpoConfig,
+    #[command(flatten)]
+    #[serde(default)]
+    pub grpo: GrpoConfig,
+    #[command(flatten)]
+    #[serde(default)]
+    pub rloo: RlooConfig,
     #[command(flatten)]
     pub cory: CoryConfig,
     #[command(flatten)]
@@ -69,6 +79,7 @@ impl ImdbConfig {
         Self {
             run: RunSettings {
                 algo,
+                cory_learner: LearnerAlgo::Ppo,
                 model: "smollm2-135m".into(),
                 iterations: 15,
                 seed: 0,
@@ -93,6 +104,23 @@ impl ImdbConfig {
                 use_score_norm: cory,
                 ..PpoConfig::default()
             },
+            // 16 completions per step as PPO's batch: 4 prompts × 4 samples, one Adam step.
+            grpo: GrpoConfig {
+                learning_rate: 2e-5,
+                num_generations: 4,
+                prompts_per_step: 4,
+                mini_batch_size: 8,
+                gradient_accumulation_steps: 2,
+                ..GrpoConfig::default()
+            },
+            rloo: RlooConfig {
+                learning_rate: 2e-5,
+                num_generations: 4,
+                prompts_per_step: 4,
+                mini_batch_size: 8,
+                gradient_accumulation_steps: 2,
+                ..RlooConfig::default()
+            },
             cory: CoryConfig {
                 pioneer_format_metrics: false,
                 ..CoryConfig::default()
@@ -112,27 +140,6 @@ impl ImdbConfig {
     }
 }
 
-/// A library config error as a setting error naming the `config.toml` key.
-pub fn in_section(section: &str, e: RlError) -> TrainError {
-    match e {
-        RlError::Config { field, reason } => TrainError::Setting {
-            field: format!("{section}.{field}"),
-            reason,
-        },
-        other => TrainError::Setting {
-            field: section.into(),
-            reason: other.to_string(),
-        },
-    }
-}
-
-fn bad(field: &str, reason: impl Into<String>) -> TrainError {
-    TrainError::Setting {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 impl Config for ImdbConfig {
     const APP: &'static str = "imdb";
 
@@ -141,46 +148,44 @@ impl Config for ImdbConfig {
     }
 
     fn sections() -> Vec<Section> {
-        vec![
-            section::<RunSettings>("run"),
-            section::<PpoConfig>("ppo"),
-            section::<CoryConfig>("cory"),
-            section::<ImdbSettings>("imdb"),
-        ]
+        app_sections::<ImdbSettings>("imdb")
     }
 
     fn run(&self) -> &RunSettings {
         &self.run
     }
 
+    /// Seeds from the run seed; the group learners' longest completion is the longest
+    /// response (sampling is pure, temperature 1).
     fn finish(&mut self) {
-        self.ppo.seed = self.run.seed;
+        let seed = self.run.seed;
+        self.ppo.seed = seed;
+        self.grpo.seed = seed;
+        self.rloo.seed = seed;
+        self.grpo.max_completion_length = self.imdb.response_tokens_max;
+        self.rloo.max_completion_length = self.imdb.response_tokens_max;
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        self.run.validate()?;
-        self.ppo.validate().map_err(|e| in_section("ppo", e))?;
-        if self.run.algo == Algo::Cory && self.cory.swap_period == 0 {
-            return Err(bad("cory.swap_period", "must be at least 1 for CORY"));
-        }
+        validate_learners(&self.run, &self.ppo, &self.grpo, &self.rloo, &self.cory)?;
         let t = &self.imdb;
         if t.prompt_tokens_min == 0 || t.prompt_tokens_min > t.prompt_tokens_max {
-            return Err(bad(
+            return Err(setting(
                 "imdb.prompt_tokens_min",
                 "need 1 ≤ prompt_tokens_min ≤ prompt_tokens_max",
             ));
         }
         if t.response_tokens_min == 0 || t.response_tokens_min > t.response_tokens_max {
-            return Err(bad(
+            return Err(setting(
                 "imdb.response_tokens_min",
                 "need 1 ≤ response_tokens_min ≤ response_tokens_max",
             ));
         }
         if !(t.repetition_penalty.is_finite() && t.repetition_penalty > 0.0) {
-            return Err(bad("imdb.repetition_penalty", "must be a number > 0"));
+            return Err(setting("imdb.repetition_penalty", "must be a number > 0"));
         }
         if t.data.is_empty() {
-            return Err(bad("imdb.data", "at least one review source is needed"));
+            return Err(setting("imdb.data", "at least one review source is needed"));
         }
         Ok(())
     }
@@ -194,6 +199,25 @@ impl TrainConfig for ImdbConfig {
     fn cory(&self) -> &CoryConfig {
         &self.cory
     }
+
+    fn grpo(&self) -> &GrpoConfig {
+        &self.grpo
+    }
+
+    fn rloo(&self) -> &RlooConfig {
+        &self.rloo
+    }
+}
+
+impl ImdbConfig {
+    /// Prompts per iteration (PPO's batch, or the group learners' prompts per step).
+    pub fn prompts_per_iteration(&self) -> usize {
+        match self.run.algo.learner(self.run.cory_learner) {
+            LearnerAlgo::Ppo => self.ppo.batch_size,
+            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
+            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -202,8 +226,9 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_round_trip_through_toml() {
-        for algo in [Algo::Ppo, Algo::Cory] {
-            let c = ImdbConfig::for_algo(algo);
+        for algo in [Algo::Ppo, Algo::Cory, Algo::Grpo, Algo::Rloo] {
+            let mut c = ImdbConfig::for_algo(algo);
+            c.finish();
             c.validate().unwrap();
             let text = lmrl_train::to_toml(&c);
             let back: ImdbConfig = toml::from_str(&text).unwrap();

@@ -7,7 +7,8 @@ fn main() -> ExitCode {
     match imdb_app::run(&matches) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once, also where a library repeats its source in its message.
+            eprintln!("error: {}", lmrl_train::chain(e.as_ref()));
             ExitCode::from(1)
         }
     }

@@ -100,21 +100,20 @@ impl ImdbTask {
     pub fn new(cfg: &ImdbConfig, env: &TaskEnv<'_>) -> Result<Self> {
         let reward = load_reward(&cfg.imdb.reward, env.cache, env.device)?;
         let prompts = load_prompts(&cfg.imdb, cfg.run.seed, env.cache, env.tokenizer)?;
-        if prompts.len() < cfg.ppo.batch_size {
+        let batch = cfg.prompts_per_iteration();
+        if prompts.len() < batch {
             bail!(
                 "only {} prompts (after dropping reviews of ≤ {} characters), fewer than one batch \
-                 of {}",
+                 of {batch}",
                 prompts.len(),
                 cfg.imdb.min_review_chars,
-                cfg.ppo.batch_size
             );
         }
         let eos = env.tokenizer.eos_token_id();
         eprintln!(
-            "{} prompts ({} iterations per epoch of {}), reward {}",
+            "{} prompts ({} iterations per epoch of {batch}), reward {}",
             prompts.len(),
-            prompts.len() / cfg.ppo.batch_size,
-            cfg.ppo.batch_size,
+            prompts.len() / batch,
             TextScorer::name(&reward)
         );
         Ok(Self {
@@ -166,6 +165,7 @@ impl Task for ImdbTask {
             pad_token_id: self.pad,
             seed,
             first_row: 0,
+            stop_sequences: Vec::new(),
         }
     }
 

@@ -352,7 +352,8 @@ fn bad_settings_exit_non_zero_with_a_message() {
         (&["--no-such-flag"], "--no-such-flag"),
         (&["--algo", "sarsa"], "sarsa"),
         (&["--adap-kl-ctrl", "maybe"], "--adap-kl-ctrl"),
-        (&["--learning-rate", "-1"], "ppo.learning_rate"),
+        // `=`: clap takes a separate `-1` for a flag.
+        (&["--learning-rate=-1"], "ppo.learning_rate"),
     ];
     for (args, needle) in cases {
         let mut a = args.to_vec();
@@ -376,6 +377,10 @@ fn model_and_tokenizer_that_do_not_match_are_rejected() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("1200") && err.contains("1000"), "{err}");
+    assert!(
+        !out.exists(),
+        "--out created for a run that could not start"
+    );
 }
 
 #[test]
@@ -625,4 +630,55 @@ fn mpirun(n: usize) -> Command {
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     c
+}
+
+/// `--algo grpo` and `--algo rloo` train one critic-free policy on 2 prompts × 2 samples per
+/// iteration; `--algo cory --cory-learner rloo` runs CORY's two copies on RLOO.
+#[test]
+fn group_learners_alone_and_under_cory() {
+    let s = setup();
+    let group = |algo: &str| -> Vec<String> {
+        [
+            "num-generations",
+            "prompts-per-step",
+            "mini-batch-size",
+            "gradient-accumulation-steps",
+        ]
+        .iter()
+        .zip(["2", "2", "2", "2"])
+        .flat_map(|(f, v)| [format!("--{algo}-{f}"), v.to_string()])
+        .collect()
+    };
+    for algo in ["grpo", "rloo"] {
+        let out = s.root.join(algo);
+        let mut args: Vec<String> = train_args(&s, algo, out.to_str().unwrap(), "2")
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.extend(group(algo));
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run(&a);
+        assert!(o.status.success(), "{algo}");
+        let rows = read_rows(&out.join("metrics.csv")).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|r| r.frac_reward_zero_std.is_some()));
+        let samples = std::fs::read_to_string(out.join("samples.jsonl")).unwrap();
+        assert_eq!(samples.lines().count(), 2 * 4, "2 prompts × 2 samples");
+        let ck = out.join("checkpoints/iter-000002/policy");
+        assert!(ck.join("model.safetensors").is_file());
+        assert!(!ck.join("value_head.safetensors").exists());
+    }
+    let out = s.root.join("cory-rloo");
+    let mut args: Vec<String> = train_args(&s, "cory", out.to_str().unwrap(), "2")
+        .into_iter()
+        .map(String::from)
+        .collect();
+    args.extend(group("rloo"));
+    args.extend(["--cory-learner".to_string(), "rloo".to_string()]);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(run(&a).status.success());
+    let rows = read_rows(&out.join("metrics.csv")).unwrap();
+    assert_eq!(rows.len(), 4);
+    let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(cfg.contains("cory_learner = \"rloo\""), "{cfg}");
 }

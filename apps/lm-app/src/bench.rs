@@ -127,6 +127,7 @@ fn bench_model(
         pad_token_id: 0,
         seed: 0,
         first_row: 0,
+        stop_sequences: Vec::new(),
     };
     let gen_secs = time_reps(args.reps, || {
         generate(infer, &prompts, &cfg, device)?;

@@ -7,6 +7,7 @@ mod bench;
 mod io;
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -121,8 +122,19 @@ struct GenerateArgs {
     pad_token_id: Option<u32>,
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Each cause once, also where a library repeats its source in its message.
+            eprintln!("error: {}", lmrl_train::chain(e.as_ref()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let device = lmrl_train::select_device(cli.device.as_deref())?;
     match cli.command {
         Command::Logits { model, input, out } => logits(&model, &input, &out, &device),
@@ -130,6 +142,25 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(&args, &device),
         Command::Convert { model, out } => convert(&model, &out, &device),
     }
+}
+
+/// Fails when a row of the batch holds a NaN or an infinity: the weights of `model` do, and a
+/// result made of them is no result.
+fn check_finite<'a>(
+    model: &Path,
+    what: &str,
+    rows: impl IntoIterator<Item = &'a [f32]>,
+) -> Result<()> {
+    for (r, row) in rows.into_iter().enumerate() {
+        if let Some(x) = row.iter().find(|x| !x.is_finite()) {
+            bail!(
+                "the model {} gives a non-finite {what} ({x} in row {r}): its weights hold NaN \
+                 or infinite values",
+                model.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn convert(model: &Path, out: &Path, device: &Device) -> Result<()> {
@@ -185,6 +216,7 @@ fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()>
         );
         let [b, l] = logits.dims();
         let flat = io::floats(logits)?;
+        check_finite(model, "logit", flat.chunks(l.max(1)))?;
         let rows: Vec<&[f32]> = flat.chunks(l.max(1)).take(b).collect();
         return io::write_json(out, &serde_json::json!({ "logits": rows }));
     }
@@ -203,6 +235,7 @@ fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()>
     );
     let [b, s, v] = out_t.logits.dims();
     let flat = io::floats(out_t.logits)?;
+    check_finite(model, "logit", flat.chunks((s * v).max(1)))?;
     let nested: Vec<Vec<&[f32]>> = (0..b)
         .map(|i| {
             (0..s)
@@ -235,6 +268,7 @@ fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationC
         pad_token_id: args.pad_token_id.or(eos).unwrap_or(0),
         seed: args.seed,
         first_row: 0,
+        stop_sequences: Vec::new(),
     }
 }
 
@@ -251,6 +285,11 @@ fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
         let cfg = generation_config(args, config.eos_token_id());
         let g = generate(&lm, &prompts, &cfg, device)
             .with_context(|| format!("generating from {}", input.display()))?;
+        check_finite(
+            &args.model,
+            "log-probability",
+            g.logprobs.iter().map(Vec::as_slice),
+        )?;
         let n = cfg.max_new_tokens;
         let mut tokens = Vec::with_capacity(prompts.len());
         let mut logprobs = Vec::with_capacity(prompts.len());
@@ -270,8 +309,8 @@ fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
     if args.prompt.is_empty() {
         bail!("give --prompt TEXT (or --input IN.json --out OUT.json)");
     }
-    let tok = LmTokenizer::load_for_model(&args.model)
-        .with_context(|| format!("loading the tokenizer of {}", args.model.display()))?;
+    // The tokenizer checked against the model: an id past its embedding table is refused here.
+    let (tok, _) = lmrl_train::load_tokenizer(&args.model)?;
     let prompts = args
         .prompt
         .iter()
@@ -282,6 +321,11 @@ fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let cfg = generation_config(args, config.eos_token_id().or(tok.eos_token_id()));
     let g = generate(&lm, &prompts, &cfg, device).context("generating")?;
+    check_finite(
+        &args.model,
+        "log-probability",
+        g.logprobs.iter().map(Vec::as_slice),
+    )?;
     for (prompt, new) in args.prompt.iter().zip(&g.tokens) {
         let text = tok
             .decode_skip_special(new)

@@ -244,3 +244,142 @@ fn bad_inputs_fail_with_a_message() {
         "row 1",
     );
 }
+
+/// A copy of the fixture `name` in a fresh directory `tag`.
+fn fixture_copy(name: &str, tag: &str) -> PathBuf {
+    let dir = tmp(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+/// Overwrites every value of the F32 tensors of `dir/model.safetensors` whose name ends with
+/// `suffix` with NaN.
+fn poison(dir: &Path, suffix: &str) {
+    let p = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut hit = 0;
+    for (name, t) in header.as_object().unwrap() {
+        if name.ends_with(suffix) && t["dtype"] == "F32" {
+            let (a, b) = (
+                t["data_offsets"][0].as_u64().unwrap() as usize,
+                t["data_offsets"][1].as_u64().unwrap() as usize,
+            );
+            for c in bytes[8 + n + a..8 + n + b].chunks_mut(4) {
+                c.copy_from_slice(&f32::NAN.to_le_bytes());
+            }
+            hit += 1;
+        }
+    }
+    assert!(hit > 0, "no tensor ends with {suffix}");
+    std::fs::write(&p, bytes).unwrap();
+}
+
+/// Weights holding NaN give an error naming the model, not `null` logits with exit 0.
+#[test]
+fn nan_weights_are_an_error_naming_the_model() {
+    let model = fixture_copy("gpt2-tiny", "nan-gpt2");
+    poison(&model, "ln_f.weight");
+    let input = tmp("nan-in.json");
+    write(
+        &input,
+        &json!({"input_ids": [[1, 2, 3]], "attention_mask": [[1, 1, 1]]}),
+    );
+    let out = tmp("nan-out.json");
+    let _ = std::fs::remove_file(&out);
+    let o = bin()
+        .args(["logits", "--model"])
+        .arg(&model)
+        .arg("--input")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(&model.display().to_string()) && err.contains("non-finite"),
+        "{err}"
+    );
+    assert!(!out.exists(), "no result file for a failed run");
+    let o = bin()
+        .args(["generate", "--greedy", "--max-new-tokens", "2", "--model"])
+        .arg(&model)
+        .arg("--input")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains(&model.display().to_string()), "{err}");
+    assert!(!out.exists());
+}
+
+/// `generate --prompt` refuses a tokenizer that can produce ids past the model's embedding
+/// table (as the training apps do), naming both sizes.
+#[test]
+fn generate_refuses_a_tokenizer_larger_than_the_vocabulary() {
+    let model = fixture_copy("gpt2-tiny", "big-tokenizer");
+    let vocab: serde_json::Map<String, Value> = (0..1200)
+        .map(|i| {
+            (
+                if i == 0 {
+                    "<unk>".to_string()
+                } else {
+                    format!("w{i}")
+                },
+                json!(i),
+            )
+        })
+        .collect();
+    let tok = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    });
+    write(&model.join("tokenizer.json"), &tok);
+    let o = bin()
+        .args(["generate", "--greedy", "--prompt", "w1 w1199", "--model"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("1200") && err.contains("1000"), "{err}");
+}
+
+/// An output that cannot be written is named as a write, with the system's reason once.
+#[test]
+fn a_failed_write_says_write_and_gives_the_reason_once() {
+    let input = tmp("ro-in.json");
+    write(
+        &input,
+        &json!({"input_ids": [[1, 2, 3]], "attention_mask": [[1, 1, 1]]}),
+    );
+    // A path under a regular file cannot be created, by anyone (root included).
+    let blocker = tmp("a-file");
+    std::fs::write(&blocker, "x").unwrap();
+    let out = blocker.join("out.json");
+    let o = bin()
+        .args(["logits", "--model"])
+        .arg(fixture("gpt2-tiny"))
+        .arg("--input")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(!err.contains("read"), "{err}");
+    assert_eq!(err.matches("(os error").count(), 1, "{err}");
+}

@@ -16,7 +16,7 @@ use crate::sampling::{GenerationConfig, TokenChooser, presence_mask, process_log
 /// What [`generate`] produced for a batch of prompts.
 #[derive(Debug, Clone)]
 pub struct Generation {
-    /// Per row, the new tokens, cut after the first EOS (the EOS kept).
+    /// Per row, the new tokens, cut after the first EOS or stop sequence (both kept).
     pub tokens: Vec<Vec<u32>>,
     /// Per row, `log π(token)` under the distribution the token was chosen from: the processed
     /// logits of [`crate::sampling::process_logits`] (greedy without penalty: the raw logits'
@@ -88,7 +88,8 @@ pub fn left_pad(
     (make(ids), make(mask), make(pos))
 }
 
-/// Generates up to `cfg.max_new_tokens` tokens after each prompt.
+/// Generates up to `cfg.max_new_tokens` tokens after each prompt; a row stops at EOS or once
+/// its new tokens end with one of `cfg.stop_sequences` (the stop tokens are kept).
 ///
 /// Runs without gradient tracking (`model.valid()` on the device without autodiff), with the KV
 /// cache. Reproducible: the same model, prompts and `cfg` (seed included) give the same tokens;
@@ -157,7 +158,7 @@ pub fn generate<M: CausalLm>(
             tokens[r].push(t);
             logprobs[r].push(choice.logprobs[r]);
             history[r].push(t);
-            if cfg.eos_token_id == Some(t) {
+            if cfg.eos_token_id == Some(t) || cfg.ends_with_stop(&tokens[r]) {
                 finished[r] = true;
             } else {
                 feed[r] = t as i64;

@@ -72,9 +72,22 @@ pub struct GenerationConfig {
     /// generated alone, in a chunk of a larger batch or on another rank. 0 for a batch that
     /// stands alone.
     pub first_row: u64,
+    /// A row also stops once its generated tokens end with one of these id sequences (kept in
+    /// the output, as the EOS is): token-level stop strings, e.g. the encodings of an invented
+    /// `Question:` (HF `stop_strings`, matched on ids). Empty sequences are ignored; empty: no
+    /// stop besides EOS and `max_new_tokens`.
+    pub stop_sequences: Vec<Vec<u32>>,
 }
 
 impl GenerationConfig {
+    /// Whether `generated` (a row's new tokens so far) ends with one of
+    /// [`GenerationConfig::stop_sequences`].
+    pub fn ends_with_stop(&self, generated: &[u32]) -> bool {
+        self.stop_sequences
+            .iter()
+            .any(|s| !s.is_empty() && generated.ends_with(s))
+    }
+
     /// Greedy decoding with no penalty.
     pub fn greedy(max_new_tokens: usize, eos_token_id: Option<u32>, pad_token_id: u32) -> Self {
         Self {
@@ -85,6 +98,7 @@ impl GenerationConfig {
             pad_token_id,
             seed: 0,
             first_row: 0,
+            stop_sequences: Vec::new(),
         }
     }
 

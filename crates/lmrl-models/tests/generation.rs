@@ -158,6 +158,36 @@ fn per_row_stop_at_eos() {
     assert_eq!(out.logprobs[0].len(), 1);
 }
 
+/// A row stops once its new tokens end with a stop sequence (kept, as the EOS is); the other
+/// rows, and the samples of a row before its stop, are those of the run without stop sequences.
+#[test]
+fn stop_sequences_end_rows_and_change_nothing_else() {
+    let model = load("gpt2-tiny");
+    let (prompts, _) = fixture_prompts("gpt2-tiny");
+    let free = generate(&model, &prompts, &sample_cfg(3, 0, 1.0, 1.0), &device()).unwrap();
+    // Row 0 stops at its 2-token window starting at position 3; a sequence no row produces is
+    // harmless, an empty one is ignored.
+    let stop = free.tokens[0][3..5].to_vec();
+    let cfg = GenerationConfig {
+        stop_sequences: vec![vec![], stop.clone(), vec![u32::MAX, u32::MAX]],
+        ..sample_cfg(3, 0, 1.0, 1.0)
+    };
+    let out = generate(&model, &prompts, &cfg, &device()).unwrap();
+    for (r, (full, cut)) in free.tokens.iter().zip(&out.tokens).enumerate() {
+        let end = (stop.len()..=full.len())
+            .find(|&n| full[..n].ends_with(&stop))
+            .unwrap_or(full.len());
+        assert_eq!(cut, &full[..end].to_vec(), "row {r}");
+        assert_eq!(out.logprobs[r], free.logprobs[r][..end].to_vec(), "row {r}");
+    }
+    assert!(out.tokens[0].len() <= 5 && out.tokens[0].ends_with(&stop));
+    assert!(cfg.ends_with_stop(&out.tokens[0]));
+    assert!(!cfg.ends_with_stop(&[]));
+    // Deterministic.
+    let again = generate(&model, &prompts, &cfg, &device()).unwrap();
+    assert_eq!(again.tokens, out.tokens);
+}
+
 fn sample_cfg(seed: u64, top_k: usize, top_p: f32, temperature: f32) -> GenerationConfig {
     GenerationConfig {
         sampling: Sampling::Sample {
@@ -171,6 +201,7 @@ fn sample_cfg(seed: u64, top_k: usize, top_p: f32, temperature: f32) -> Generati
         pad_token_id: 0,
         seed,
         first_row: 0,
+        stop_sequences: Vec::new(),
     }
 }
 

@@ -68,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pad_token_id: 0,
         seed: 0,
         first_row: 0,
+        stop_sequences: Vec::new(),
     };
     let mut step_s = Vec::new();
     let mut obs_step_s = Vec::new();

@@ -176,6 +176,7 @@ fn generation(iteration: usize) -> GenerationConfig {
         pad_token_id: 0,
         seed: iteration as u64,
         first_row: 0,
+        stop_sequences: Vec::new(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`Learner`]: one trainable copy of a language model together with its RL algorithm — what
-//! CORY and a training loop need, whatever the algorithm (PPO here; group-relative methods
-//! implement it the same way).
+//! CORY and a training loop need, whatever the algorithm: PPO ([`PpoAgent`]) or the
+//! group-relative GRPO and RLOO ([`GroupAgent`]).
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -10,12 +10,15 @@ use serde::Serialize;
 
 use crate::dist::Collective;
 use crate::error::{Result, RlError};
+use crate::group::{GroupAgent, GroupStats};
 use crate::{PpoAgent, PpoStats};
 
 /// What every learner reports after a step, for logs and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StepStats {
-    /// Batch mean of Σ_t KL_t(π_θ ‖ π_ref) over each response (TRL `objective/kl`).
+    /// Batch mean of Σ_t KL_t(π_θ ‖ π_ref) over each response (TRL `objective/kl`); for the
+    /// group learners the full-vocabulary KL at temperature 1 before the update, so it compares
+    /// across algorithms.
     pub kl: f32,
     /// Σ_t KL_t per sample (TRL `objective/kl_dist`).
     pub kl_per_sample: Vec<f32>,
@@ -27,6 +30,9 @@ pub struct StepStats {
     pub policy_loss: f32,
     /// The value loss (before any coefficient), for learners with a critic.
     pub value_loss: Option<f32>,
+    /// Fraction of groups whose rewards were all equal (TRL `frac_reward_zero_std`), for
+    /// learners that sample groups.
+    pub frac_reward_zero_std: Option<f32>,
     /// ½·mean (ℓ^new − ℓ^old)² (TRL `policy/approxkl`).
     pub approxkl: f32,
     /// Fraction of tokens where the ratio clip was active (TRL `policy/clipfrac`).
@@ -46,9 +52,28 @@ impl From<&PpoStats> for StepStats {
             entropy: s.train.policy_entropy,
             policy_loss: s.train.loss_policy,
             value_loss: Some(s.train.loss_value),
+            frac_reward_zero_std: None,
             approxkl: s.train.policy_approxkl,
             clipfrac: s.train.policy_clipfrac,
             response_len_mean: s.responses_len_mean,
+            trl: s.to_trl_map(),
+        }
+    }
+}
+
+impl From<&GroupStats> for StepStats {
+    fn from(s: &GroupStats) -> Self {
+        Self {
+            kl: s.objective_kl,
+            kl_per_sample: s.objective_kl_dist.clone(),
+            kl_coef: s.beta,
+            entropy: s.entropy,
+            policy_loss: s.loss,
+            value_loss: None,
+            frac_reward_zero_std: Some(s.rewards.frac_reward_zero_std),
+            approxkl: s.approxkl,
+            clipfrac: s.clip_ratio_region_mean,
+            response_len_mean: s.completion_mean_length,
             trl: s.to_trl_map(),
         }
     }
@@ -60,7 +85,7 @@ impl From<&PpoStats> for StepStats {
 /// responses per prompt (1 for PPO; the group size for group-relative methods), so group
 /// statistics are taken over each prompt's samples.
 pub trait Learner<M: CausalLm>: Send {
-    /// The algorithm's name in logs and checkpoints (`ppo`, …).
+    /// The algorithm's name in logs and checkpoints (`ppo`, `grpo`, `rloo`).
     fn algorithm(&self) -> &'static str;
 
     /// Responses sampled per prompt in one batch.
@@ -228,5 +253,51 @@ impl<M: CausalLm> Learner<M> for PpoAgent<M> {
     }
     fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
         PpoAgent::set_collective(self, collective)
+    }
+}
+
+impl<M: CausalLm> Learner<M> for GroupAgent<M> {
+    fn algorithm(&self) -> &'static str {
+        self.algorithm().name()
+    }
+    fn samples_per_prompt(&self) -> usize {
+        self.group_size()
+    }
+    fn generate(&self, prompts: &[Vec<u32>], config: &GenerationConfig) -> Result<Generation> {
+        GroupAgent::generate(self, prompts, config)
+    }
+    fn step(
+        &mut self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        scores: &[f32],
+        reference: &M,
+    ) -> Result<StepStats> {
+        Ok(StepStats::from(&GroupAgent::step(
+            self, queries, responses, scores, reference,
+        )?))
+    }
+    fn kl_to_reference(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        reference: &M,
+    ) -> Result<Vec<f32>> {
+        GroupAgent::kl_to_reference(self, queries, responses, reference)
+    }
+    fn kl_coef(&self) -> f64 {
+        GroupAgent::kl_coef(self)
+    }
+    fn reset_state(&mut self) {
+        GroupAgent::reset_state(self)
+    }
+    fn save_state(&self, dir: &Path) -> Result<()> {
+        GroupAgent::save_state(self, dir)
+    }
+    fn load_state(&mut self, dir: &Path) -> Result<()> {
+        GroupAgent::load_state(self, dir)
+    }
+    fn policy(&self) -> &M {
+        self.model()
     }
 }

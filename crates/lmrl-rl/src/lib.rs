@@ -24,6 +24,7 @@ pub use cory::{
 };
 pub use dist::{Collective, LocalGroup, SingleProcess};
 pub use error::{Result, RlError};
+pub use group::{GroupAgent, GroupAlgorithm, GroupStats, GrpoConfig, RlooConfig};
 pub use learner::{Learner, StepStats};
 pub use ppo::agent::{PpoAgent, Rollout};
 pub use ppo::config::PpoConfig;

@@ -81,6 +81,7 @@ fn generation(seed: u64) -> GenerationConfig {
         pad_token_id: 999,
         seed,
         first_row: 0,
+        stop_sequences: Vec::new(),
     }
 }
 

@@ -241,6 +241,7 @@ fn ppo_raises_a_simple_reward() {
             pad_token_id: 0,
             seed: round,
             first_row: 0,
+            stop_sequences: Vec::new(),
         };
         let y = agent.generate(&prompts, &gcfg).unwrap().tokens;
         let scores: Vec<f32> = y.iter().map(|r| reward(r)).collect();

@@ -2,9 +2,14 @@
 //! into a hidden temporary sibling and then renamed into place, so a crash, a Ctrl-C or a full
 //! disk in the middle of a save never damages the previous checkpoint. `LATEST` (written
 //! atomically after the rename) names the newest complete checkpoint.
+//!
+//! Hidden entries are work in progress of one save or prune: `.tmp-iter-NNNNNN-PID` (being
+//! filled), `.old-iter-NNNNNN` (a checkpoint of the same number being replaced) and
+//! `.del-iter-NNNNNN-PID` (an old checkpoint being deleted). A process killed in the middle
+//! leaves them behind; [`CheckpointDir::recover`] puts things right on the next start.
 use std::path::{Path, PathBuf};
 
-use crate::error::{Result, RunError, io};
+use crate::error::{Result, RunError, chain_text, io};
 use crate::files::atomic_write;
 
 /// The checkpoints of one run.
@@ -18,6 +23,14 @@ pub type FillError = Box<dyn std::error::Error + Send + Sync>;
 
 const PREFIX: &str = "iter-";
 const LATEST: &str = "LATEST";
+/// A save's directory being filled: `.tmp-iter-NNNNNN-PID`.
+const TMP: &str = ".tmp-";
+/// A checkpoint being replaced by one of the same number: `.old-iter-NNNNNN`.
+const OLD: &str = ".old-";
+/// A checkpoint being pruned: `.del-iter-NNNNNN-PID`.
+const DEL: &str = ".del-";
+/// A checkpoint that could not be resumed, moved out of the way: `unusable-iter-NNNNNN`.
+const UNUSABLE: &str = "unusable-";
 
 impl CheckpointDir {
     /// Checkpoints under `root` (usually `<run>/checkpoints`); nothing is created yet.
@@ -38,33 +51,35 @@ impl CheckpointDir {
     /// Writes a checkpoint: `fill` writes every file into a fresh temporary directory, which is
     /// then synced and renamed to `iter-NNNNNN` (replacing an older checkpoint of the same
     /// number), and `LATEST` is updated. On any error — `ENOSPC` included — the temporary
-    /// directory is removed and every earlier checkpoint is left as it was.
+    /// directory is removed and every earlier checkpoint is left as it was; the message says
+    /// which one that is, or that there is none.
     pub fn save(
         &self,
         iterations: usize,
         fill: impl FnOnce(&Path) -> std::result::Result<(), FillError>,
     ) -> Result<PathBuf> {
-        std::fs::create_dir_all(&self.root).map_err(io(&self.root))?;
+        std::fs::create_dir_all(&self.root).map_err(io("create", &self.root))?;
         let dest = self.path_for(iterations);
         let tmp = self.root.join(format!(
-            ".tmp-{PREFIX}{iterations:06}-{}",
+            "{TMP}{PREFIX}{iterations:06}-{}",
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&tmp);
         let result = (|| -> std::result::Result<(), RunError> {
-            std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-            fill(&tmp).map_err(|e| checkpoint_error(&dest, e))?;
-            sync_tree(&tmp)?;
+            std::fs::create_dir_all(&tmp).map_err(io("create", &tmp))?;
+            fill(&tmp).map_err(|e| self.checkpoint_error(&dest, &*e))?;
+            sync_tree(&tmp).map_err(|e| self.checkpoint_error(&dest, &e))?;
             if dest.exists() {
-                // Same iteration saved twice (e.g. Ctrl-C right after a periodic save): move the
-                // old one aside first so a failure below still leaves one complete copy.
-                let old = self.root.join(format!(".old-{PREFIX}{iterations:06}"));
+                // Same iteration saved twice (e.g. a resume from an older checkpoint reaching
+                // an unusable newer one): move the old one aside first so that a failure or a
+                // kill below still leaves one complete copy (`recover` puts it back).
+                let old = self.root.join(format!("{OLD}{PREFIX}{iterations:06}"));
                 let _ = std::fs::remove_dir_all(&old);
-                std::fs::rename(&dest, &old).map_err(io(&dest))?;
-                std::fs::rename(&tmp, &dest).map_err(io(&dest))?;
+                std::fs::rename(&dest, &old).map_err(io("rename", &dest))?;
+                std::fs::rename(&tmp, &dest).map_err(io("rename", &tmp))?;
                 let _ = std::fs::remove_dir_all(&old);
             } else {
-                std::fs::rename(&tmp, &dest).map_err(io(&dest))?;
+                std::fs::rename(&tmp, &dest).map_err(io("rename", &tmp))?;
             }
             sync_dir(&self.root);
             atomic_write(&self.root.join(LATEST), dest_name(iterations).as_bytes())
@@ -82,8 +97,8 @@ impl CheckpointDir {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        for entry in std::fs::read_dir(&self.root).map_err(io(&self.root))? {
-            let entry = entry.map_err(io(&self.root))?;
+        for entry in std::fs::read_dir(&self.root).map_err(io("read", &self.root))? {
+            let entry = entry.map_err(io("read", &self.root))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(n) = name
                 .strip_prefix(PREFIX)
@@ -102,34 +117,143 @@ impl CheckpointDir {
         Ok(self.list()?.pop())
     }
 
-    /// Deletes all but the newest `keep` checkpoints (`keep` ≥ 1 is enforced).
+    /// Deletes all but the newest `keep` checkpoints (`keep` ≥ 1 is enforced). Each is first
+    /// renamed out of the listing, so a kill in the middle never leaves a half-deleted
+    /// directory that looks like a checkpoint.
     pub fn prune(&self, keep: usize) -> Result<()> {
         let all = self.list()?;
         let n = all.len().saturating_sub(keep.max(1));
-        for (_, p) in all.into_iter().take(n) {
-            std::fs::remove_dir_all(&p).map_err(io(&p))?;
+        for (it, p) in all.into_iter().take(n) {
+            let doomed = self
+                .root
+                .join(format!("{DEL}{PREFIX}{it:06}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&doomed);
+            std::fs::rename(&p, &doomed).map_err(io("rename", &p))?;
+            std::fs::remove_dir_all(&doomed).map_err(io("remove", &doomed))?;
         }
         Ok(())
+    }
+
+    /// Puts right what saves and prunes of killed processes left: a checkpoint moved aside to
+    /// be replaced (`.old-…`) goes back into place when its replacement never arrived, and
+    /// every other leftover (`.tmp-…`, `.old-…`, `.del-…`, `LATEST`'s temporary) is removed.
+    /// Returns one line per thing done. Call it only while no other process saves into this
+    /// directory (with the run directory's lock held).
+    pub fn recover(&self) -> Result<Vec<String>> {
+        let mut notes = Vec::new();
+        if !self.root.is_dir() {
+            return Ok(notes);
+        }
+        let mut entries: Vec<(String, PathBuf)> = Vec::new();
+        for e in std::fs::read_dir(&self.root).map_err(io("read", &self.root))? {
+            let e = e.map_err(io("read", &self.root))?;
+            entries.push((e.file_name().to_string_lossy().into_owned(), e.path()));
+        }
+        entries.sort();
+        for (name, p) in &entries {
+            let Some(ckpt) = name.strip_prefix(OLD) else {
+                continue;
+            };
+            let dest = self.root.join(ckpt);
+            if ckpt.starts_with(PREFIX) && !dest.exists() {
+                std::fs::rename(p, &dest).map_err(io("rename", p))?;
+                notes.push(format!(
+                    "put back {} (a save that was replacing it was interrupted)",
+                    dest.display()
+                ));
+            }
+        }
+        for (name, p) in &entries {
+            if !(name.starts_with(TMP) || name.starts_with(OLD) || name.starts_with(DEL)) {
+                continue;
+            }
+            let removed = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else if p.exists() {
+                std::fs::remove_file(p)
+            } else {
+                continue; // an `.old-…` put back above
+            };
+            removed.map_err(io("remove", p))?;
+            notes.push(format!(
+                "removed {} (left by an interrupted save)",
+                p.display()
+            ));
+        }
+        for p in crate::files::remove_stale_temporaries(&self.root) {
+            notes.push(format!(
+                "removed {} (left by an interrupted save)",
+                p.display()
+            ));
+        }
+        if !notes.is_empty() {
+            self.write_latest()?;
+        }
+        Ok(notes)
+    }
+
+    /// Moves checkpoint `path` (one of [`list`](Self::list)'s) out of the listing, to
+    /// `unusable-iter-NNNNNN` beside it, so that pruning and later resumes no longer take it
+    /// for a checkpoint; it is kept for inspection. Returns where it went.
+    pub fn set_aside(&self, path: &Path) -> Result<PathBuf> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut to = self.root.join(format!("{UNUSABLE}{name}"));
+        let mut k = 1;
+        while to.exists() {
+            k += 1;
+            to = self.root.join(format!("{UNUSABLE}{name}-{k}"));
+        }
+        std::fs::rename(path, &to).map_err(io("rename", path))?;
+        self.write_latest()?;
+        Ok(to)
+    }
+
+    /// Rewrites `LATEST` to name the newest checkpoint (removes it when there is none).
+    fn write_latest(&self) -> Result<()> {
+        let latest = self.root.join(LATEST);
+        match self.latest()? {
+            Some((n, _)) => atomic_write(&latest, dest_name(n).as_bytes()),
+            None if latest.exists() => std::fs::remove_file(&latest).map_err(io("remove", &latest)),
+            None => Ok(()),
+        }
+    }
+
+    /// The error of a save of `dest` that failed with `e`; a full disk is said so, with the
+    /// checkpoint a resume would continue from, or that there is none.
+    fn checkpoint_error(&self, dest: &Path, e: &(dyn std::error::Error + 'static)) -> RunError {
+        let text = chain_text(e);
+        let disk_full = error_chain_has(e, |k| k == std::io::ErrorKind::StorageFull);
+        let reason = if disk_full {
+            let earlier = self
+                .list()
+                .ok()
+                .and_then(|all| all.into_iter().rfind(|(_, p)| p != dest));
+            match earlier {
+                Some((_, p)) => format!(
+                    "the disk is full ({text}); the previous checkpoint {} is intact: free space \
+                     and resume",
+                    p.display()
+                ),
+                None => format!(
+                    "the disk is full ({text}); the run has no earlier checkpoint: free space and \
+                     start it again"
+                ),
+            }
+        } else {
+            text
+        };
+        RunError::Checkpoint {
+            path: dest.to_path_buf(),
+            reason,
+        }
     }
 }
 
 fn dest_name(iterations: usize) -> String {
     format!("{PREFIX}{iterations:06}\n")
-}
-
-fn checkpoint_error(dest: &Path, e: FillError) -> RunError {
-    let disk_full = error_chain_has(&*e, |k| k == std::io::ErrorKind::StorageFull);
-    let reason = if disk_full {
-        format!(
-            "the disk is full ({e}); earlier checkpoints, if any, are intact — free space and resume"
-        )
-    } else {
-        e.to_string()
-    };
-    RunError::Checkpoint {
-        path: dest.to_path_buf(),
-        reason,
-    }
 }
 
 fn error_chain_has(
@@ -155,13 +279,13 @@ fn error_chain_has(
 /// fsyncs every file below `dir` (and the directories), so the rename publishes data that is
 /// really on disk.
 fn sync_tree(dir: &Path) -> Result<()> {
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let p = entry.map_err(io(dir))?.path();
+    for entry in std::fs::read_dir(dir).map_err(io("read", dir))? {
+        let p = entry.map_err(io("read", dir))?.path();
         if p.is_dir() {
             sync_tree(&p)?;
         } else {
-            let f = std::fs::File::open(&p).map_err(io(&p))?;
-            f.sync_all().map_err(io(&p))?;
+            let f = std::fs::File::open(&p).map_err(io("open", &p))?;
+            f.sync_all().map_err(io("sync", &p))?;
         }
     }
     sync_dir(dir);
@@ -245,6 +369,11 @@ mod tests {
             .to_string();
         if Path::new("/dev/full").exists() {
             assert!(err.contains("disk is full"), "{err}");
+            assert!(
+                err.contains("the previous checkpoint") && err.contains("iter-000001 is intact"),
+                "{err}"
+            );
+            assert_eq!(err.matches("No space left on device").count(), 1, "{err}");
         }
         let all = c.list().unwrap();
         assert_eq!(all.len(), 1);
@@ -266,6 +395,114 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(c.root().join(LATEST)).unwrap(),
             "iter-000001\n"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A full disk at the first save must not claim that an earlier checkpoint is intact.
+    #[test]
+    fn full_disk_at_the_first_save_says_there_is_no_earlier_checkpoint() {
+        if !Path::new("/dev/full").exists() {
+            return;
+        }
+        let d = tmpdir("full-first");
+        let c = CheckpointDir::new(d.join("checkpoints"));
+        let err = c
+            .save(1, |_| {
+                let mut f = std::fs::OpenOptions::new().write(true).open("/dev/full")?;
+                f.write_all(&[0u8; 4096])?;
+                f.flush()?;
+                Ok(())
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("disk is full"), "{err}");
+        assert!(err.contains("no earlier checkpoint"), "{err}");
+        assert!(!err.contains("intact"), "{err}");
+        assert!(c.list().unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    fn names(c: &CheckpointDir) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(c.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn save_text(c: &CheckpointDir, it: usize, text: &str) {
+        c.save(it, |dir| {
+            std::fs::write(dir.join("w.bin"), text)?;
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// What a kill at each step of a save or a prune leaves, and what `recover` makes of it.
+    #[test]
+    fn recover_puts_back_a_replaced_checkpoint_and_removes_every_leftover() {
+        let d = tmpdir("recover");
+        let c = CheckpointDir::new(d.join("checkpoints"));
+        save_text(&c, 1, "one");
+        save_text(&c, 2, "two");
+        // Killed while filling a new checkpoint (any pid), while replacing iter-2 between its
+        // two renames, during a prune, and while writing LATEST.
+        std::fs::create_dir_all(c.root().join(".tmp-iter-000003-4242/policy")).unwrap();
+        std::fs::rename(c.path_for(2), c.root().join(".old-iter-000002")).unwrap();
+        std::fs::create_dir_all(c.root().join(".tmp-iter-000002-4243")).unwrap();
+        std::fs::create_dir_all(c.root().join(".del-iter-000000-4244/x")).unwrap();
+        std::fs::write(c.root().join(".LATEST.tmp-4245"), "iter-0").unwrap();
+        let notes = c.recover().unwrap();
+        assert_eq!(notes.len(), 5, "{notes:?}");
+        assert!(notes[0].starts_with("put back"), "{notes:?}");
+        assert_eq!(names(&c), ["LATEST", "iter-000001", "iter-000002"]);
+        assert_eq!(
+            std::fs::read_to_string(c.path_for(2).join("w.bin")).unwrap(),
+            "two"
+        );
+        assert_eq!(
+            std::fs::read_to_string(c.root().join(LATEST)).unwrap(),
+            "iter-000002\n"
+        );
+        // Killed after the second rename: the replacement is in place, the old copy goes.
+        std::fs::create_dir_all(c.root().join(".old-iter-000002")).unwrap();
+        assert_eq!(c.recover().unwrap().len(), 1);
+        assert_eq!(names(&c), ["LATEST", "iter-000001", "iter-000002"]);
+        // Nothing to do: nothing done.
+        assert!(c.recover().unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_set_aside_checkpoint_leaves_the_listing_and_is_kept() {
+        let d = tmpdir("aside");
+        let c = CheckpointDir::new(d.join("checkpoints"));
+        save_text(&c, 1, "one");
+        save_text(&c, 2, "two");
+        let to = c.set_aside(&c.path_for(2)).unwrap();
+        assert_eq!(to, c.root().join("unusable-iter-000002"));
+        assert_eq!(std::fs::read_to_string(to.join("w.bin")).unwrap(), "two");
+        let left: Vec<usize> = c.list().unwrap().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(left, [1]);
+        assert_eq!(
+            std::fs::read_to_string(c.root().join(LATEST)).unwrap(),
+            "iter-000001\n"
+        );
+        // A second unusable copy of the same number does not overwrite the first.
+        save_text(&c, 2, "again");
+        let to2 = c.set_aside(&c.path_for(2)).unwrap();
+        assert_eq!(to2, c.root().join("unusable-iter-000002-2"));
+        c.prune(1).unwrap();
+        assert_eq!(
+            names(&c),
+            [
+                "LATEST",
+                "iter-000001",
+                "unusable-iter-000002",
+                "unusable-iter-000002-2"
+            ]
         );
         std::fs::remove_dir_all(&d).unwrap();
     }

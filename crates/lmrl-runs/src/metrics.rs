@@ -1,6 +1,6 @@
 //! `metrics.csv` (one row per iteration and agent) and `samples.jsonl`.
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,17 @@ pub struct MetricRow {
     /// stay comparable across role exchanges. Equal to the above for the pioneer.
     pub pioneer_task_reward: f64,
     pub pioneer_kl: f64,
+    /// Mean over the copy's responses of 1 − distinct words / words: 0 when no word repeats,
+    /// near 1 for a collapsed policy that repeats one word (absent in files of earlier versions).
+    #[serde(default)]
+    pub repetition: f64,
+    /// Bessel-corrected standard deviation of the batch's task rewards (TRL `reward_std`).
+    #[serde(default)]
+    pub reward_std: Option<f64>,
+    /// Group learners: fraction of prompts whose sampled group got identical scores, so that
+    /// they add no policy gradient (TRL `frac_reward_zero_std`); empty for PPO.
+    #[serde(default)]
+    pub frac_reward_zero_std: Option<f64>,
     pub seconds: f64,
 }
 
@@ -46,12 +57,18 @@ pub struct MetricsLog {
 impl MetricsLog {
     /// Creates a new log, or — when resuming — keeps the rows of iterations before
     /// `resume_from` (dropping any written after the last checkpoint) and appends after them.
+    ///
+    /// A last row cut short (a kill or a full disk in the middle of an append: no final line
+    /// break) is dropped; any other malformed row is an error naming it.
     pub fn open(path: &Path, resume_from: Option<usize>) -> Result<Self> {
         let kept = match resume_from {
-            Some(it) if path.exists() => read_rows(path)?
-                .into_iter()
-                .filter(|r| r.iteration < it)
-                .collect(),
+            Some(it) if path.exists() => {
+                let bytes = complete_lines(path)?;
+                rows_of(path, csv::Reader::from_reader(bytes.as_slice()))?
+                    .into_iter()
+                    .filter(|r| r.iteration < it)
+                    .collect()
+            }
             _ => Vec::new(),
         };
         let mut w = csv::Writer::from_writer(Vec::new());
@@ -69,7 +86,7 @@ impl MetricsLog {
         let file = OpenOptions::new()
             .append(true)
             .open(path)
-            .map_err(io(path))?;
+            .map_err(io("open", path))?;
         let writer = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(file);
@@ -83,7 +100,7 @@ impl MetricsLog {
         self.writer
             .serialize(row)
             .map_err(|e| csv_err(&self.path, e))?;
-        self.writer.flush().map_err(io(&self.path))
+        self.writer.flush().map_err(io("write", &self.path))
     }
 }
 
@@ -104,6 +121,9 @@ fn header_line() -> Vec<u8> {
         "response_len",
         "pioneer_task_reward",
         "pioneer_kl",
+        "repetition",
+        "reward_std",
+        "frac_reward_zero_std",
         "seconds",
     ];
     format!("{}\n", COLS.join(",")).into_bytes()
@@ -111,7 +131,11 @@ fn header_line() -> Vec<u8> {
 
 /// Reads every row of a `metrics.csv`.
 pub fn read_rows(path: &Path) -> Result<Vec<MetricRow>> {
-    let mut r = csv::Reader::from_path(path).map_err(|e| csv_err(path, e))?;
+    let bytes = std::fs::read(path).map_err(io("read", path))?;
+    rows_of(path, csv::Reader::from_reader(bytes.as_slice()))
+}
+
+fn rows_of(path: &Path, mut r: csv::Reader<&[u8]>) -> Result<Vec<MetricRow>> {
     r.deserialize()
         .enumerate()
         .map(|(i, row)| {
@@ -138,6 +162,15 @@ pub fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
+/// The bytes of `path` up to its last line break: an append-only log without the line an
+/// interrupted append left unfinished.
+fn complete_lines(path: &Path) -> Result<Vec<u8>> {
+    let mut bytes = std::fs::read(path).map_err(io("read", path))?;
+    let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    bytes.truncate(end);
+    Ok(bytes)
+}
+
 fn csv_err(path: &Path, e: csv::Error) -> RunError {
     RunError::Format {
         path: path.to_path_buf(),
@@ -152,19 +185,26 @@ pub struct SamplesLog {
 }
 
 impl SamplesLog {
-    /// Opens the log; on resume drops lines whose `iteration` is ≥ `resume_from`.
+    /// Opens the log; on resume drops lines whose `iteration` is ≥ `resume_from`. A last line
+    /// cut short by an interrupted append (no final line break) is dropped; any other line
+    /// that is not a JSON object with an `iteration` is an error naming it.
     pub fn open(path: &Path, resume_from: Option<usize>) -> Result<Self> {
         let mut kept = Vec::new();
         if let (Some(it), true) = (resume_from, path.exists()) {
-            let f = File::open(path).map_err(io(path))?;
-            for line in BufReader::new(f).lines() {
-                let line = line.map_err(io(path))?;
-                let v: serde_json::Value = match serde_json::from_str(&line) {
-                    Ok(v) => v,
-                    Err(_) => continue, // a torn last line from a crash
-                };
-                if v["iteration"].as_u64().is_some_and(|i| (i as usize) < it) {
-                    kept.extend_from_slice(line.as_bytes());
+            let bytes = complete_lines(path)?;
+            for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                let iteration = serde_json::from_slice::<serde_json::Value>(line)
+                    .ok()
+                    .and_then(|v| v.get("iteration")?.as_u64())
+                    .ok_or_else(|| RunError::Format {
+                        path: path.to_path_buf(),
+                        reason: format!("line {} is not a sample log line", i + 1),
+                    })?;
+                if (iteration as usize) < it {
+                    kept.extend_from_slice(line);
                     kept.push(b'\n');
                 }
             }
@@ -173,7 +213,7 @@ impl SamplesLog {
         let file = OpenOptions::new()
             .append(true)
             .open(path)
-            .map_err(io(path))?;
+            .map_err(io("open", path))?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
@@ -186,8 +226,10 @@ impl SamplesLog {
             reason: e.to_string(),
         })?;
         line.push(b'\n');
-        self.file.write_all(&line).map_err(io(&self.path))?;
-        self.file.flush().map_err(io(&self.path))
+        self.file
+            .write_all(&line)
+            .map_err(io("write", &self.path))?;
+        self.file.flush().map_err(io("write", &self.path))
     }
 }
 
@@ -212,6 +254,9 @@ mod tests {
             response_len: 8.0,
             pioneer_task_reward: 0.0,
             pioneer_kl: 0.0,
+            repetition: 0.0,
+            reward_std: Some(0.5),
+            frac_reward_zero_std: None,
             seconds: 1.0,
         }
     }
@@ -243,5 +288,41 @@ mod tests {
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
         let first = text.lines().next().unwrap();
         assert_eq!(format!("{first}\n").into_bytes(), header_line());
+    }
+
+    /// A kill in the middle of an append leaves a last line without its line break; resuming
+    /// drops it (its iteration is after the checkpoint) instead of failing.
+    #[test]
+    fn resume_drops_a_torn_last_line_and_refuses_a_damaged_one_before_it() {
+        let dir = std::env::temp_dir().join(format!("lmrl-runs-torn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("metrics.csv");
+        let mut log = MetricsLog::open(&p, None).unwrap();
+        for it in 0..3 {
+            log.append(&row(it, "policy")).unwrap();
+        }
+        drop(log);
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        text.push_str("3,policy,pol");
+        std::fs::write(&p, &text).unwrap();
+        drop(MetricsLog::open(&p, Some(2)).unwrap());
+        let its: Vec<_> = read_rows(&p).unwrap().iter().map(|r| r.iteration).collect();
+        assert_eq!(its, [0, 1]);
+
+        let s = dir.join("samples.jsonl");
+        std::fs::write(
+            &s,
+            "{\"iteration\":0}\n{\"iteration\":1}\n{\"iteration\":2}\n{\"itera",
+        )
+        .unwrap();
+        drop(SamplesLog::open(&s, Some(2)).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&s).unwrap(),
+            "{\"iteration\":0}\n{\"iteration\":1}\n"
+        );
+        std::fs::write(&s, "{\"iteration\":0}\nnot json\n{\"iteration\":1}\n").unwrap();
+        let e = SamplesLog::open(&s, Some(2)).err().unwrap().to_string();
+        assert!(e.contains("samples.jsonl") && e.contains("line 2"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

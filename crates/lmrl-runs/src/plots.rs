@@ -418,7 +418,10 @@ mod draw_tests {
             clipfrac: 0.0,
             response_len: 0.0,
             pioneer_task_reward: r,
+            repetition: 0.0,
             pioneer_kl: 0.0,
+            reward_std: None,
+            frac_reward_zero_std: None,
             seconds: 0.0,
         }
     }

@@ -41,10 +41,7 @@ impl<A: Serialize + DeserializeOwned + PartialEq + Debug> TrainState<A> {
     /// layout this build resumes; a checkpoint of another run is refused rather than mixed in.
     pub fn read_for_run(dir: &Path, algo: &A, seed: u64) -> Result<Self> {
         let path = dir.join(STATE_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|source| RunError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(&path).map_err(crate::error::io("read", &path))?;
         let state: Self = toml::from_str(&text).map_err(|e| RunError::Format {
             path: path.clone(),
             reason: format!("invalid checkpoint state: {e}"),
@@ -69,7 +66,7 @@ impl<A: Serialize + DeserializeOwned + PartialEq + Debug> TrainState<A> {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        std::fs::write(&path, text).map_err(|source| RunError::Io { path, source })
+        std::fs::write(&path, text).map_err(crate::error::io("write", &path))
     }
 }
 

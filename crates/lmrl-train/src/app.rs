@@ -1,5 +1,13 @@
 //! The `train` command of an app, from the parsed command line to the exit code: resolve the
-//! settings, take the run directory, load the model and tokenizer, build the app's task, train.
+//! settings, claim the run directory, load the model and tokenizer, build the app's task, open
+//! the run directory, train.
+//!
+//! The order is chosen so that a run that cannot start leaves nothing behind and a run that
+//! must not start is refused before the slow part: an existing run directory is locked and
+//! checked first (busy, already holding a run, nothing to resume — refused before any model is
+//! loaded); a directory that does not exist yet is created only once the asset cache, the
+//! device, the model, its tokenizer and the task (its data) are set up, so a wrong `--data` or
+//! `--model` creates no `--out`.
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -8,7 +16,7 @@ use burn::tensor::Device;
 use clap::ArgMatches;
 use lmrl_data::AssetCache;
 use lmrl_models::{AutoLm, LmTokenizer, ModelConfig};
-use lmrl_rl::{CoryConfig, PpoConfig};
+use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 
 use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
 use crate::copies::CopySpec;
@@ -25,6 +33,10 @@ pub trait TrainConfig: Config {
     fn ppo(&self) -> &PpoConfig;
     /// The `[cory]` section.
     fn cory(&self) -> &CoryConfig;
+    /// The `[grpo]` section.
+    fn grpo(&self) -> &GrpoConfig;
+    /// The `[rloo]` section.
+    fn rloo(&self) -> &RlooConfig;
 }
 
 /// What a task is built from.
@@ -57,7 +69,10 @@ where
     let resolved = match resolve::<C>(matches, args) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {}", chain(&e));
+            eprintln!(
+                "error: {}",
+                no_run_to_resume(args, &e).unwrap_or_else(|| chain(&e))
+            );
             return Ok(ExitCode::from(2));
         }
     };
@@ -101,12 +116,15 @@ where
     let cfg = &resolved.config;
     let run = cfg.run();
     let collective = &*rank.collective;
-    let (dir, start) = open_run_dir(collective, || {
-        RunDir::open(&resolved.out, resolved.resume, (&run.algo, run.seed))
-    })?;
-    if let Some(dir) = &dir {
-        write_config(dir.path(), cfg)?;
-    }
+    // Rank 0 alone claims the run directory, before the slow part (see the module docs).
+    let claim = match collective.rank() {
+        0 => Some(RunDir::claim(
+            &resolved.out,
+            resolved.resume,
+            (&run.algo, run.seed),
+        )?),
+        _ => None,
+    };
     let cache = asset_cache(args.cache_dir.as_deref())?;
     let device = rank.device;
     device.seed(run.seed);
@@ -130,8 +148,25 @@ where
             source,
         }
     })?;
+    let (dir, start) = open_run_dir(collective, || match claim {
+        Some(claim) => claim.open(),
+        None => Err(TrainError::Rank {
+            rank: collective.rank(),
+            world: collective.world(),
+            reason: "only rank 0 opens the run directory".into(),
+        }),
+    })?;
+    if let Some(dir) = &dir {
+        write_config(dir.path(), cfg)?;
+    }
     let reference = base.valid();
-    let spec = CopySpec::new(run, cfg.ppo(), cfg.cory(), &model_config);
+    let learners = crate::copies::LearnerSettings {
+        ppo: cfg.ppo(),
+        grpo: cfg.grpo(),
+        rloo: cfg.rloo(),
+        cory: cfg.cory(),
+    };
+    let spec = CopySpec::new(run, learners, &model_config);
     let trainer = Trainer {
         task: &task,
         tokenizer: &tokenizer,
@@ -145,6 +180,28 @@ where
     trainer.train_rank(dir.as_ref(), start, base)
 }
 
+/// What to say when `--resume DIR` names no run: DIR missing, or without the `config.toml` a
+/// run writes when it starts (it was stopped before that).
+fn no_run_to_resume(args: &RunArgs, e: &TrainError) -> Option<String> {
+    let dir = args.resume.as_ref()?;
+    if !matches!(e, TrainError::ReadConfig { .. }) || dir.join(CONFIG_FILE).is_file() {
+        return None;
+    }
+    Some(if dir.is_dir() {
+        format!(
+            "{} holds no run to resume (no {CONFIG_FILE}: it stopped before it began); start it \
+             with --out {}",
+            dir.display(),
+            dir.display()
+        )
+    } else {
+        format!(
+            "{} does not exist: there is no run to resume",
+            dir.display()
+        )
+    })
+}
+
 fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {
     Ok(lmrl_runs::atomic_write(
         &out.join(CONFIG_FILE),
@@ -152,17 +209,76 @@ fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {
     )?)
 }
 
-/// An error and its causes on one line (`a: b: c`).
+/// An error and its causes on one line (`a: b: c`), each cause once: a cause whose text is
+/// already there is left out, and one that repeats the text before it (a library that puts
+/// its source into its own message) replaces that text.
 pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
+    let mut parts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(c) = cur {
         let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
+        let last = parts.last_mut().expect("starts with one");
+        if t.contains(last.as_str()) {
+            *last = t;
+        } else if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
         }
         cur = c.source();
     }
-    s
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct E(String, Option<Box<E>>);
+
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    fn e(parts: &[&str]) -> E {
+        parts
+            .iter()
+            .rev()
+            .fold(None, |inner, p| Some(E(p.to_string(), inner.map(Box::new))))
+            .unwrap()
+    }
+
+    #[test]
+    fn every_cause_is_shown_once() {
+        let os = "Read-only file system (os error 30)";
+        assert_eq!(
+            chain(&e(&["cannot write /r/config.toml", os])),
+            format!("cannot write /r/config.toml: {os}")
+        );
+        // A library that repeats its source in its message, under a context that names the
+        // file too.
+        assert_eq!(
+            chain(&e(&[
+                "cannot load the model /m",
+                &format!("cannot read /m/config.json: {os}"),
+                os
+            ])),
+            format!("cannot load the model /m: cannot read /m/config.json: {os}")
+        );
+        assert_eq!(
+            chain(&e(&[
+                "cannot read /m",
+                &format!("cannot read /m: {os}"),
+                os
+            ])),
+            format!("cannot read /m: {os}")
+        );
+    }
 }

@@ -1,6 +1,7 @@
-//! What a run trains — one learner, or CORY's two — and how each copy is written to and read
-//! back from a checkpoint: per copy a subdirectory (`policy`, or `llm1`/`llm2`) holding its
-//! Hugging Face weights (LoRA adapters merged in), its value head, the tokenizer, the learner's
+//! What a run trains — one learner (PPO, GRPO or RLOO), or CORY's two over any of them — and
+//! how each copy is written to and read back from a checkpoint: per copy a subdirectory
+//! (`policy`, or `llm1`/`llm2`) holding its Hugging Face weights (LoRA adapters merged in), its
+//! value head (PPO only: the group learners have no critic), the tokenizer, the learner's
 //! training state, and for LoRA runs the unmerged adapters; CORY adds `cory_state.toml`; the
 //! run adds `state.toml`.
 use std::path::Path;
@@ -11,11 +12,11 @@ use lmrl_models::{
     AutoLm, LmTokenizer, LmWithValueHead, LoraConfig, ModelConfig, Pretrained, VALUE_HEAD_FILE,
     ValueHead, apply_lora, merge_lora,
 };
-use lmrl_rl::{CoryTrainer, Learner, PpoAgent, PpoConfig};
+use lmrl_rl::{CoryTrainer, GroupAgent, GrpoConfig, Learner, PpoAgent, PpoConfig, RlooConfig};
 use lmrl_runs::{AgentState, CheckpointDir, STATE_FORMAT, TrainState};
 
-use crate::error::{Result, TrainError};
-use crate::settings::{Algo, RunSettings};
+use crate::error::{Result, TrainError, saving};
+use crate::settings::{Algo, LearnerAlgo, RunSettings};
 
 /// Checkpoint subdirectory of a single learner.
 pub const POLICY: &str = "policy";
@@ -30,37 +31,73 @@ pub type DynLearner = Box<dyn Learner<AutoLm>>;
 
 /// What is trained.
 pub enum Copies {
-    /// One learner (PPO).
+    /// One learner (PPO, GRPO or RLOO).
     Single(DynLearner),
     /// CORY's pioneer and observer.
     Cory(Box<CoryTrainer<AutoLm, DynLearner>>),
 }
 
-/// How the copies of a run are built: the algorithm, PPO settings, LoRA and the head's init.
+/// How the copies of a run are built: the algorithm (and CORY's base learner), every
+/// learner's settings, LoRA and the value head's init.
 #[derive(Debug, Clone)]
 pub struct CopySpec {
     pub algo: Algo,
+    /// What each copy learns with (the algorithm itself, or CORY's `cory_learner`).
+    pub learner: LearnerAlgo,
     pub ppo: PpoConfig,
+    pub grpo: GrpoConfig,
+    pub rloo: RlooConfig,
     pub cory: lmrl_rl::CoryConfig,
     pub lora: Option<LoraConfig>,
     pub head: lmrl_models::ValueHeadInit,
 }
 
+/// The learners' sections of a run's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct LearnerSettings<'a> {
+    pub ppo: &'a PpoConfig,
+    pub grpo: &'a GrpoConfig,
+    pub rloo: &'a RlooConfig,
+    pub cory: &'a lmrl_rl::CoryConfig,
+}
+
 impl CopySpec {
     /// The spec of a run's settings; LoRA targets follow the model's architecture.
-    pub fn new(
-        run: &RunSettings,
-        ppo: &PpoConfig,
-        cory: &lmrl_rl::CoryConfig,
-        model: &ModelConfig,
-    ) -> Self {
+    pub fn new(run: &RunSettings, learners: LearnerSettings<'_>, model: &ModelConfig) -> Self {
         Self {
             algo: run.algo,
-            ppo: ppo.clone(),
-            cory: cory.clone(),
+            learner: run.algo.learner(run.cory_learner),
+            ppo: learners.ppo.clone(),
+            grpo: learners.grpo.clone(),
+            rloo: learners.rloo.clone(),
+            cory: learners.cory.clone(),
             lora: (run.lora_rank > 0).then(|| lora_targets(run.lora_rank, run.lora_alpha, model)),
             head: run.value_head_init,
         }
+    }
+
+    /// Prompts per iteration: PPO's `batch_size` (one response each), or the group learner's
+    /// `prompts_per_step` (each answered `num_generations` times).
+    pub fn prompts_per_iteration(&self) -> usize {
+        match self.learner {
+            LearnerAlgo::Ppo => self.ppo.batch_size,
+            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
+            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
+        }
+    }
+
+    /// Responses sampled per prompt (1 for PPO, G for the group learners).
+    pub fn samples_per_prompt(&self) -> usize {
+        match self.learner {
+            LearnerAlgo::Ppo => 1,
+            LearnerAlgo::Grpo => self.grpo.num_generations,
+            LearnerAlgo::Rloo => self.rloo.num_generations,
+        }
+    }
+
+    /// Whether the copies have a value head (PPO).
+    pub fn has_value_head(&self) -> bool {
+        self.learner == LearnerAlgo::Ppo
     }
 
     /// The policy a fresh learner starts from: `base`, with LoRA adapters when asked.
@@ -71,14 +108,31 @@ impl CopySpec {
         }
     }
 
-    fn learner(&self, model: LmWithValueHead<AutoLm>, device: &Device) -> Result<DynLearner> {
-        Ok(Box::new(PpoAgent::new(model, self.ppo.clone(), device)?))
+    /// The learner of `policy` (with `head` for PPO).
+    fn learner(
+        &self,
+        policy: AutoLm,
+        head: Option<ValueHead>,
+        device: &Device,
+    ) -> Result<DynLearner> {
+        Ok(match self.learner {
+            LearnerAlgo::Ppo => {
+                let v_head = match head {
+                    Some(h) => h,
+                    None => LmWithValueHead::new(policy.clone(), self.head, device).v_head,
+                };
+                let model = LmWithValueHead { lm: policy, v_head };
+                Box::new(PpoAgent::new(model, self.ppo.clone(), device)?)
+            }
+            LearnerAlgo::Grpo => Box::new(GroupAgent::grpo(policy, self.grpo.clone(), device)?),
+            LearnerAlgo::Rloo => Box::new(GroupAgent::rloo(policy, self.rloo.clone(), device)?),
+        })
     }
 
-    /// A fresh learner on `base` (each call gives an independent copy with its own head).
+    /// A fresh learner on `base` (each call gives an independent copy, with its own head for
+    /// PPO).
     fn fresh_learner(&self, base: &AutoLm, device: &Device) -> Result<DynLearner> {
-        let model = LmWithValueHead::new(self.policy(base)?, self.head, device);
-        self.learner(model, device)
+        self.learner(self.policy(base)?, None, device)
     }
 }
 
@@ -106,7 +160,9 @@ impl Copies {
         device: &Device,
     ) -> Result<Self> {
         Ok(match spec.algo {
-            Algo::Ppo => Copies::Single(spec.fresh_learner(base, device)?),
+            Algo::Ppo | Algo::Grpo | Algo::Rloo => {
+                Copies::Single(spec.fresh_learner(base, device)?)
+            }
             Algo::Cory => {
                 let llm1 = spec.fresh_learner(base, device)?;
                 let llm2 = spec.fresh_learner(base, device)?;
@@ -172,7 +228,7 @@ impl Copies {
             for (name, learner) in self.named() {
                 let d = dir.join(name);
                 save_weights(spec, learner.as_ref(), &d)?;
-                tokenizer.save(&d)?;
+                tokenizer.save(&d).map_err(saving)?;
             }
             match self {
                 Copies::Single(l) => l.save_state(&dir.join(POLICY))?,
@@ -196,13 +252,13 @@ impl Copies {
     ) -> Result<Self> {
         let learner = |name: &str| -> Result<DynLearner> {
             let d = dir.join(name);
-            let model =
+            let (policy, head) =
                 load_weights(spec, base, &d, device).map_err(|source| TrainError::Restore {
                     what: "the weights",
                     path: d.clone(),
                     source,
                 })?;
-            spec.learner(model, device)
+            spec.learner(policy, head, device)
         };
         let restore_err = |what, path: &Path| {
             let path = path.to_path_buf();
@@ -213,7 +269,7 @@ impl Copies {
             }
         };
         Ok(match spec.algo {
-            Algo::Ppo => {
+            Algo::Ppo | Algo::Grpo | Algo::Rloo => {
                 let mut l = learner(POLICY)?;
                 let d = dir.join(POLICY);
                 l.load_state(&d)
@@ -242,11 +298,13 @@ fn save_weights(
 ) -> std::result::Result<(), lmrl_runs::FillError> {
     let policy = learner.policy();
     match &spec.lora {
-        None => policy.save_pretrained(d)?,
-        Some(_) => merge_lora(policy.clone()).save_pretrained(d)?,
+        None => policy.save_pretrained(d).map_err(saving)?,
+        Some(_) => merge_lora(policy.clone())
+            .save_pretrained(d)
+            .map_err(saving)?,
     }
     if let Some(head) = learner.value_head() {
-        head.save(&d.join(VALUE_HEAD_FILE))?;
+        head.save(&d.join(VALUE_HEAD_FILE)).map_err(saving)?;
     }
     if spec.lora.is_some() {
         let f = d.join(LORA_FILE);
@@ -258,14 +316,14 @@ fn save_weights(
     Ok(())
 }
 
-/// The model [`save_weights`] wrote to `d`, on `device`: the HF weights and value head, or for
-/// LoRA runs `base` with the saved adapters.
+/// The model [`save_weights`] wrote to `d`, on `device`: the HF weights (or for LoRA runs
+/// `base` with the saved adapters), and the value head of a PPO copy.
 fn load_weights(
     spec: &CopySpec,
     base: &AutoLm,
     d: &Path,
     device: &Device,
-) -> std::result::Result<LmWithValueHead<AutoLm>, lmrl_runs::FillError> {
+) -> std::result::Result<(AutoLm, Option<ValueHead>), lmrl_runs::FillError> {
     let policy = match &spec.lora {
         None => AutoLm::from_pretrained(d, device)?,
         Some(l) => {
@@ -275,11 +333,14 @@ fn load_weights(
                 .map_err(|e| format!("cannot load the LoRA policy {}: {e:?}", f.display()))?
         }
     };
+    if !spec.has_value_head() {
+        return Ok((policy, None));
+    }
     let head_path = d.join(VALUE_HEAD_FILE);
     let v_head = ValueHead::load(
         &head_path,
         lmrl_models::CausalLm::hidden_size(&policy),
         device,
     )?;
-    Ok(LmWithValueHead { lm: policy, v_head })
+    Ok((policy, Some(v_head)))
 }

@@ -77,8 +77,9 @@ pub enum TrainError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// An iteration failed.
-    #[error("iteration {iteration}: {what} failed")]
+    /// An iteration failed. `iteration` counts from 0 (as `metrics.csv` and `samples.jsonl`
+    /// do); the message counts from 1, as the progress lines (`it 2/3`) do.
+    #[error("iteration {}: {what} failed", .iteration + 1)]
     Iteration {
         iteration: usize,
         what: &'static str,
@@ -92,6 +93,13 @@ pub enum TrainError {
         #[source]
         source: TaskError,
     },
+    /// A file of a checkpoint or a run directory that could not be written.
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Rl(#[from] lmrl_rl::RlError),
     #[error(transparent)]
@@ -103,9 +111,40 @@ pub enum TrainError {
 /// Result alias of this crate.
 pub type Result<T, E = TrainError> = std::result::Result<T, E>;
 
-pub(crate) fn setting(field: impl Into<String>, reason: impl Into<String>) -> TrainError {
+/// A setting error naming the `config.toml` key `field`.
+pub fn setting(field: impl Into<String>, reason: impl Into<String>) -> TrainError {
     TrainError::Setting {
         field: field.into(),
         reason: reason.into(),
+    }
+}
+
+/// A model-crate error of a save: `lmrl_models::ModelError::Io` says "cannot read" whatever
+/// the operation was, and on a save every file operation is a write.
+pub(crate) fn saving(e: lmrl_models::ModelError) -> TrainError {
+    match e {
+        lmrl_models::ModelError::Io { path, source } => TrainError::Write { path, source },
+        e => TrainError::ModelIo(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_of_a_save_says_write_with_the_reason_once() {
+        let e = saving(lmrl_models::ModelError::Io {
+            path: "/r/checkpoints/.tmp-iter-000001-7/policy/model.safetensors".into(),
+            source: std::io::Error::from_raw_os_error(30),
+        });
+        let t = crate::chain(&e);
+        assert!(
+            t.starts_with(
+                "cannot write /r/checkpoints/.tmp-iter-000001-7/policy/model.safetensors: "
+            ),
+            "{t}"
+        );
+        assert_eq!(t.matches("(os error 30)").count(), 1, "{t}");
     }
 }

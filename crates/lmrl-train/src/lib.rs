@@ -26,15 +26,16 @@ mod trainer;
 
 pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
 pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset};
-pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, POLICY, lora_targets};
+pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, LearnerSettings, POLICY, lora_targets};
 pub use device::{backend_name, select_device, select_devices, select_rank_device};
-pub use error::{Result, TaskError, TrainError};
+pub use error::{Result, TaskError, TrainError, setting};
 pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
 };
 pub use settings::{
-    Algo, CONFIG_FILE, Config, RESUMABLE, Resolved, RunArgs, RunSettings, Section, read_config,
-    resolve, resolve_with, section, to_toml, with_defaults,
+    Algo, CONFIG_FILE, Config, LearnerAlgo, RESUMABLE, Resolved, RunArgs, RunSettings, Section,
+    app_sections, in_section, read_config, resolve, resolve_with, section, section_prefixed,
+    to_toml, validate_learners, with_defaults,
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};

@@ -133,13 +133,14 @@ fn device_collectives(devices: &[Device], groups: &[LocalGroup]) -> Vec<Arc<dyn 
 }
 
 /// Rank 0 opens the run directory (`open`, called on rank 0 only) and every rank learns where
-/// the run starts; the other ranks get no directory. A failure on rank 0 is its error there
+/// the run starts (the other ranks restore the checkpoint that rank 0 picks among the
+/// candidates, [`crate::Trainer::train_rank`]); the other ranks get no directory. A failure on rank 0 is its error there
 /// and a short note on the others.
 pub fn open_run_dir(
     c: &dyn Collective,
     open: impl FnOnce() -> Result<(RunDir, Start)>,
 ) -> Result<(Option<RunDir>, Start)> {
-    type Shared = std::result::Result<Option<(usize, std::path::PathBuf)>, String>;
+    type Shared = std::result::Result<Option<Vec<(usize, std::path::PathBuf)>>, String>;
     if c.world() == 1 {
         let (d, s) = open()?;
         return Ok((Some(d), s));
@@ -148,7 +149,7 @@ pub fn open_run_dir(
         let opened = open();
         let shared: Shared = match &opened {
             Ok((_, Start::Fresh)) => Ok(None),
-            Ok((_, Start::Resume { done, dir })) => Ok(Some((*done, dir.clone()))),
+            Ok((_, Start::Resume { candidates })) => Ok(Some(candidates.clone())),
             Err(e) => Err(crate::app::chain(e)),
         };
         let _: Shared = broadcast_json(c, 0, &shared)?;
@@ -158,7 +159,7 @@ pub fn open_run_dir(
     let shared: Shared = broadcast_json(c, 0, &Ok(None))?;
     match shared {
         Ok(None) => Ok((None, Start::Fresh)),
-        Ok(Some((done, dir))) => Ok((None, Start::Resume { done, dir })),
+        Ok(Some(candidates)) => Ok((None, Start::Resume { candidates })),
         Err(reason) => Err(TrainError::Rank {
             rank: 0,
             world: c.world(),

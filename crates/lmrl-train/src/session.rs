@@ -1,13 +1,24 @@
 //! Starting, resuming and stopping a run the same way in every app.
 //!
-//! - A run directory is held by one process at a time: an advisory lock on `<out>/.lock`
-//!   (released by the kernel when the holder dies, so a dead run's lock never blocks).
-//! - Holding the lock, the temporaries a killed process left in `checkpoints/` are removed.
-//! - `--resume` continues from the newest checkpoint that can be read, falling back to an
-//!   older kept one (and saying so); a run that stopped before its first checkpoint is started
-//!   again in place, with a message, instead of being stranded.
+//! - A run directory is held by one process at a time: an advisory lock (`flock`) on
+//!   `<out>/.lock`, released by the kernel when the holder dies, so a dead run's lock never
+//!   blocks. A second run into a held directory is refused, naming it and the holder's pid.
+//! - Holding the lock, what a killed process left is put right: the temporaries of
+//!   interrupted checkpoint saves and prunes, and of atomic file writes
+//!   ([`lmrl_runs::CheckpointDir::recover`], [`lmrl_runs::remove_stale_temporaries`]).
+//! - `--resume` continues from the newest checkpoint that can be restored, falling back to an
+//!   older kept one (and saying so; the unusable newer one is moved aside to
+//!   `checkpoints/unusable-iter-NNNNNN`); a run that stopped before its first checkpoint is
+//!   started again in place, with a message, instead of being stranded — with `--out` as with
+//!   `--resume`.
 //! - The first SIGINT, SIGTERM or SIGHUP asks the loop to stop after the current iteration,
 //!   with a checkpoint; a second one exits at once (the last complete checkpoint is intact).
+//!
+//! Opening is in two steps so that a run whose inputs are wrong creates nothing, while a busy
+//! or finished directory is still refused before any model is loaded: [`RunDir::claim`]
+//! locks and checks a directory that exists (and does nothing for one that does not);
+//! [`Claim::open`], called once the task and the model are set up, creates the directory if
+//! needed and locks and checks it then.
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +28,7 @@ use lmrl_runs::{CheckpointDir, TrainState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::app::chain;
 use crate::error::{Result, TrainError};
 
 /// Lock file of a run directory.
@@ -51,8 +63,9 @@ pub fn stop_requested() -> bool {
 pub enum Start {
     /// From iteration 0.
     Fresh,
-    /// From the checkpoint `dir`, after `done` iterations.
-    Resume { done: usize, dir: PathBuf },
+    /// From the first of `candidates` — checkpoints whose `state.toml` is this run's, as
+    /// `(completed iterations, path)`, newest first — that restores ([`RunDir::restore`]).
+    Resume { candidates: Vec<(usize, PathBuf)> },
 }
 
 /// An open run directory: its checkpoints, and the lock that keeps other runs out.
@@ -60,25 +73,84 @@ pub enum Start {
 pub struct RunDir {
     out: PathBuf,
     checkpoints: CheckpointDir,
+    /// Checkpoints whose `state.toml` is not this run's or cannot be read.
+    rejected: Vec<(usize, PathBuf)>,
     _lock: File,
 }
 
+/// A run directory claimed by [`RunDir::claim`]: locked and checked if it existed, else
+/// nothing on disk yet. [`Claim::open`] finishes opening it.
+#[derive(Debug)]
+pub struct Claim<'a, A> {
+    out: PathBuf,
+    resume: bool,
+    run: (&'a A, u64),
+    held: Option<(RunDir, Start)>,
+}
+
 impl RunDir {
-    /// Opens `out` (creating it) for this process alone and decides where the run starts. A
-    /// fresh run into a directory that holds checkpoints is refused; see the module docs for
-    /// the rest. `state_for_run` tells whether a checkpoint's `state.toml` is this run's.
+    /// Opens `out` (creating it) for this process alone and decides where the run starts:
+    /// [`RunDir::claim`] and [`Claim::open`] in one step.
     pub fn open<A>(out: &Path, resume: bool, run: (&A, u64)) -> Result<(RunDir, Start)>
     where
         A: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
     {
+        RunDir::claim(out, resume, run)?.open()
+    }
+
+    /// The first step of opening `out` for the run `run` = (algorithm, seed): when `out`
+    /// exists it is locked for this process, cleaned of what killed processes left, and
+    /// checked — a directory in use by another run, a fresh run into a directory that holds
+    /// checkpoints, and a resume with no usable checkpoint are refused here, before the caller
+    /// loads anything. When `out` does not exist nothing is created.
+    pub fn claim<'a, A>(out: &Path, resume: bool, run: (&'a A, u64)) -> Result<Claim<'a, A>>
+    where
+        A: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let held = if out.exists() || resume {
+            Some(Self::lock_and_check(out, resume, run)?)
+        } else {
+            None
+        };
+        Ok(Claim {
+            out: out.to_path_buf(),
+            resume,
+            run,
+            held,
+        })
+    }
+
+    fn lock_and_check<A>(out: &Path, resume: bool, run: (&A, u64)) -> Result<(RunDir, Start)>
+    where
+        A: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        if resume && !out.is_dir() {
+            return Err(run_err(
+                out,
+                "does not exist: there is no run to resume".into(),
+            ));
+        }
         std::fs::create_dir_all(out)
             .map_err(|e| run_err(out, format!("cannot be created: {e}")))?;
         let lock = take_lock(out)?;
         let checkpoints = CheckpointDir::new(out.join("checkpoints"));
-        remove_stale_temporaries(checkpoints.root());
-        let dir = RunDir {
+        for note in checkpoints.recover()? {
+            eprintln!("note: {note}");
+        }
+        // Only in a run directory (it has the config.toml every run writes first, or that
+        // file's temporary): `--out` may name a folder that also holds other things.
+        if out.join(crate::CONFIG_FILE).is_file() || has_config_temporary(out) {
+            for p in lmrl_runs::remove_stale_temporaries(out) {
+                eprintln!(
+                    "note: removed {} (left by an interrupted write)",
+                    p.display()
+                );
+            }
+        }
+        let mut dir = RunDir {
             out: out.to_path_buf(),
             checkpoints,
+            rejected: Vec::new(),
             _lock: lock,
         };
         let all = dir.checkpoints.list()?;
@@ -93,9 +165,10 @@ impl RunDir {
                 ));
             }
             (false, true) => {
-                if out.join("metrics.csv").exists() {
+                if out.join("metrics.csv").exists() || out.join(crate::CONFIG_FILE).exists() {
                     eprintln!(
-                        "note: {} holds a run that stopped before its first checkpoint: starting it again",
+                        "note: {} holds a run that stopped before its first checkpoint: starting \
+                         it again from iteration 0",
                         out.display()
                     );
                 }
@@ -103,13 +176,17 @@ impl RunDir {
             }
             (true, true) => {
                 eprintln!(
-                    "note: {} has no checkpoint (the run stopped before its first one): starting it \
-                     again from iteration 0",
+                    "note: {} has no checkpoint (the run stopped before its first one): starting \
+                     it again from iteration 0",
                     out.display()
                 );
                 Start::Fresh
             }
-            (true, false) => newest_readable(&all, run)?,
+            (true, false) => {
+                let (candidates, rejected) = usable(&all, run)?;
+                dir.rejected = rejected;
+                Start::Resume { candidates }
+            }
         };
         Ok((dir, start))
     }
@@ -122,6 +199,86 @@ impl RunDir {
     /// Its checkpoints.
     pub fn checkpoints(&self) -> &CheckpointDir {
         &self.checkpoints
+    }
+
+    /// Restores the newest of `candidates` (newest first, as [`Start::Resume`] holds them)
+    /// that `restore` accepts, returning its iteration count and what `restore` made of it.
+    /// A candidate that fails is reported; once an older one restores, every newer checkpoint
+    /// that could not be used is moved aside (to `checkpoints/unusable-iter-NNNNNN`, kept for
+    /// inspection) so that pruning and later resumes do not take it for the run's newest.
+    /// When none restores, the newest one's error is returned and nothing is moved.
+    pub fn restore<T>(
+        &self,
+        candidates: &[(usize, PathBuf)],
+        mut restore: impl FnMut(usize, &Path) -> Result<T>,
+    ) -> Result<(usize, T)> {
+        let mut failed: Vec<(usize, PathBuf, TrainError)> = Vec::new();
+        for (done, ckpt) in candidates {
+            match restore(*done, ckpt) {
+                Ok(t) => {
+                    let newer: Vec<&PathBuf> = failed
+                        .iter()
+                        .map(|(_, p, _)| p)
+                        .chain(
+                            self.rejected
+                                .iter()
+                                .filter(|(n, _)| n > done)
+                                .map(|(_, p)| p),
+                        )
+                        .collect();
+                    if !newer.is_empty() {
+                        eprintln!(
+                            "note: resuming from the older checkpoint {} instead",
+                            ckpt.display()
+                        );
+                    }
+                    for bad in newer {
+                        let to = self.checkpoints.set_aside(bad)?;
+                        eprintln!(
+                            "note: moved the unusable {} to {}",
+                            bad.display(),
+                            to.display()
+                        );
+                    }
+                    return Ok((*done, t));
+                }
+                Err(e) => {
+                    eprintln!(
+                        "warning: checkpoint {} cannot be restored: {}",
+                        ckpt.display(),
+                        chain(&e)
+                    );
+                    failed.push((*done, ckpt.clone(), e));
+                }
+            }
+        }
+        match failed.into_iter().next() {
+            Some((_, _, e)) => Err(e),
+            None => Err(run_err(
+                &self.out,
+                "has no checkpoint to resume from".into(),
+            )),
+        }
+    }
+}
+
+impl<A> Claim<'_, A>
+where
+    A: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    /// Finishes opening: a directory claimed while it existed is returned as it was checked;
+    /// one that did not exist is created now, then locked and checked (another run may have
+    /// taken it in the meantime).
+    pub fn open(self) -> Result<(RunDir, Start)> {
+        match self.held {
+            Some(held) => Ok(held),
+            None => RunDir::lock_and_check(&self.out, self.resume, self.run),
+        }
+    }
+
+    /// The directory being opened.
+    pub fn path(&self) -> &Path {
+        &self.out
     }
 }
 
@@ -169,57 +326,61 @@ fn take_lock(out: &Path) -> Result<File> {
     Ok(f)
 }
 
-/// Removes what an interrupted save leaves in `checkpoints/` (hidden `.tmp-…` and `.old-…`
-/// entries). Only called with the run's lock held, so no live process is writing them.
-fn remove_stale_temporaries(root: &Path) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".tmp-") || name.starts_with(".old-") {
-            let p = e.path();
-            let removed = if p.is_dir() {
-                std::fs::remove_dir_all(&p)
-            } else {
-                std::fs::remove_file(&p)
-            };
-            if removed.is_ok() {
-                eprintln!("note: removed {} left by an interrupted save", p.display());
-            }
-        }
-    }
+/// Whether `out` holds the temporary of an interrupted first write of `config.toml`.
+fn has_config_temporary(out: &Path) -> bool {
+    let prefix = format!(".{}.tmp-", crate::CONFIG_FILE);
+    std::fs::read_dir(out).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+    })
 }
 
-/// The newest checkpoint whose `state.toml` reads as this run's, falling back to older ones.
-fn newest_readable<A>(all: &[(usize, PathBuf)], (algo, seed): (&A, u64)) -> Result<Start>
+/// Checkpoints as `(completed iterations, path)`.
+type Listed = Vec<(usize, PathBuf)>;
+
+/// The checkpoints of `all` whose `state.toml` reads as the run `(algo, seed)`'s and agrees
+/// with the directory's number, newest first, and the others (reported). None usable is an
+/// error: the newest one's.
+fn usable<A>(all: &[(usize, PathBuf)], (algo, seed): (&A, u64)) -> Result<(Listed, Listed)>
 where
     A: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
 {
-    let mut first_error = None;
+    let mut first_error: Option<TrainError> = None;
+    let mut ok = Vec::new();
+    let mut rejected = Vec::new();
     for (done, dir) in all.iter().rev() {
-        match TrainState::read_for_run(dir, algo, seed) {
-            Ok(_) => {
-                if first_error.is_some() {
-                    eprintln!(
-                        "note: resuming from the older checkpoint {} instead",
-                        dir.display()
-                    );
+        let checked = TrainState::read_for_run(dir, algo, seed)
+            .map_err(TrainError::from)
+            .and_then(|s| {
+                if s.completed_iterations == *done {
+                    Ok(())
+                } else {
+                    Err(run_err(
+                        dir,
+                        format!(
+                            "says it holds {} iterations, its name {done}",
+                            s.completed_iterations
+                        ),
+                    ))
                 }
-                return Ok(Start::Resume {
-                    done: *done,
-                    dir: dir.clone(),
-                });
-            }
+            });
+        match checked {
+            Ok(()) => ok.push((*done, dir.clone())),
             Err(e) => {
-                eprintln!("warning: checkpoint {} cannot be used: {e}", dir.display());
+                eprintln!(
+                    "warning: checkpoint {} cannot be used: {}",
+                    dir.display(),
+                    chain(&e)
+                );
                 first_error.get_or_insert(e);
+                rejected.push((*done, dir.clone()));
             }
         }
     }
-    Err(first_error
-        .expect("called with at least one checkpoint")
-        .into())
+    match (ok.is_empty(), first_error) {
+        (true, Some(e)) => Err(e),
+        _ => Ok((ok, rejected)),
+    }
 }
 
 /// Whether iteration `done` (counted from 1) of `total` ends with a checkpoint: every `every`
@@ -231,18 +392,142 @@ pub fn checkpoint_due(done: usize, every: usize, total: usize, stopping: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lmrl_runs::{AgentState, STATE_FORMAT};
+
+    fn algo() -> String {
+        "ppo".to_string()
+    }
+
+    fn checkpoint(out: &Path, done: usize) -> PathBuf {
+        CheckpointDir::new(out.join("checkpoints"))
+            .save(done, |d| {
+                TrainState {
+                    format: STATE_FORMAT,
+                    algo: algo(),
+                    seed: 0,
+                    completed_iterations: done,
+                    agents: vec![AgentState {
+                        name: "policy".into(),
+                    }],
+                }
+                .write(d)?;
+                Ok(())
+            })
+            .unwrap()
+    }
 
     #[test]
     fn a_second_opener_is_refused_and_temporaries_are_cleaned() {
         let out = tempfile::tempdir().unwrap();
         let ckpts = out.path().join("checkpoints");
         std::fs::create_dir_all(ckpts.join(".tmp-iter-000005-99999")).unwrap();
-        let (dir, start) = RunDir::open(out.path(), false, (&"ppo".to_string(), 0)).unwrap();
+        std::fs::write(out.path().join(".config.toml.tmp-99999"), "x").unwrap();
+        let (dir, start) = RunDir::open(out.path(), false, (&algo(), 0)).unwrap();
         assert_eq!(start, Start::Fresh);
         assert!(!ckpts.join(".tmp-iter-000005-99999").exists());
-        let e = RunDir::open(out.path(), false, (&"ppo".to_string(), 0)).unwrap_err();
-        assert!(e.to_string().contains("is in use by another run"), "{e}");
+        assert!(!out.path().join(".config.toml.tmp-99999").exists());
+        // A folder that is no run directory keeps files that merely look like temporaries.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join(".notes.txt.tmp-12"), "mine").unwrap();
+        drop(RunDir::open(other.path(), false, (&algo(), 0)).unwrap());
+        assert!(other.path().join(".notes.txt.tmp-12").exists());
+        let e = RunDir::open(out.path(), false, (&algo(), 0)).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("is in use by another run"), "{e}");
+        assert!(e.contains(&out.path().display().to_string()), "{e}");
+        assert!(
+            e.contains(&format!("process {}", std::process::id())),
+            "{e}"
+        );
+        // A resume is refused the same way.
+        assert!(RunDir::open(out.path(), true, (&algo(), 0)).is_err());
         drop(dir);
-        RunDir::open(out.path(), false, (&"ppo".to_string(), 0)).unwrap();
+        RunDir::open(out.path(), false, (&algo(), 0)).unwrap();
+    }
+
+    #[test]
+    fn a_missing_directory_is_created_only_by_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("run");
+        let ppo = algo();
+        let claim = RunDir::claim(&out, false, (&ppo, 0)).unwrap();
+        assert!(!out.exists());
+        let (dir, start) = claim.open().unwrap();
+        assert_eq!(start, Start::Fresh);
+        assert!(out.join(LOCK_FILE).is_file());
+        // An existing directory is locked by the claim already.
+        let e = RunDir::claim(&out, false, (&algo(), 0)).unwrap_err();
+        assert!(e.to_string().contains("in use"), "{e}");
+        drop(dir);
+        let e = RunDir::claim(&tmp.path().join("nothing"), true, (&algo(), 0)).unwrap_err();
+        assert!(e.to_string().contains("no run to resume"), "{e}");
+    }
+
+    #[test]
+    fn resume_falls_back_past_unusable_checkpoints_and_moves_them_aside() {
+        let out = tempfile::tempdir().unwrap();
+        let out = out.path();
+        checkpoint(out, 1);
+        checkpoint(out, 2);
+        let c3 = checkpoint(out, 3);
+        let c4 = checkpoint(out, 4);
+        // iter-4's state cannot be read; iter-3's restore fails below.
+        std::fs::write(c4.join("state.toml"), "not toml [").unwrap();
+        let (dir, start) = RunDir::open(out, true, (&algo(), 0)).unwrap();
+        let Start::Resume { candidates } = start else {
+            panic!("{start:?}")
+        };
+        assert_eq!(
+            candidates.iter().map(|c| c.0).collect::<Vec<_>>(),
+            [3, 2, 1]
+        );
+        let (done, what) = dir
+            .restore(&candidates, |done, p| {
+                if done == 3 {
+                    Err(run_err(p, "is damaged".into()))
+                } else {
+                    Ok(format!("restored {done}"))
+                }
+            })
+            .unwrap();
+        assert_eq!((done, what.as_str()), (2, "restored 2"));
+        // Both newer ones are moved out of the way of pruning and later resumes.
+        assert!(!c3.exists() && !c4.exists());
+        assert!(out.join("checkpoints/unusable-iter-000003").is_dir());
+        assert!(out.join("checkpoints/unusable-iter-000004").is_dir());
+        // When nothing restores, the newest one's error comes back and nothing moves.
+        let e = dir
+            .restore(&candidates[1..], |_, p| {
+                Err::<(), _>(run_err(p, "is damaged".into()))
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("iter-000002 is damaged"), "{e}");
+        assert!(out.join("checkpoints/iter-000002").is_dir());
+        assert!(out.join("checkpoints/iter-000001").is_dir());
+        drop(dir);
+        // Every checkpoint unreadable: resume is refused with the newest one's reason.
+        let all = tempfile::tempdir().unwrap();
+        let c = checkpoint(all.path(), 1);
+        std::fs::remove_file(c.join("state.toml")).unwrap();
+        let e = RunDir::open(all.path(), true, (&algo(), 0)).unwrap_err();
+        assert!(chain(&e).contains("state.toml"), "{}", chain(&e));
+    }
+
+    #[test]
+    fn a_run_without_checkpoints_starts_again_in_place() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::write(out.path().join("metrics.csv"), "iteration\n").unwrap();
+        std::fs::write(out.path().join(crate::CONFIG_FILE), "").unwrap();
+        assert_eq!(
+            RunDir::open(out.path(), false, (&algo(), 0)).unwrap().1,
+            Start::Fresh
+        );
+        assert_eq!(
+            RunDir::open(out.path(), true, (&algo(), 0)).unwrap().1,
+            Start::Fresh
+        );
+        checkpoint(out.path(), 1);
+        let e = RunDir::open(out.path(), false, (&algo(), 0)).unwrap_err();
+        assert!(e.to_string().contains("already holds a run"), "{e}");
     }
 }

@@ -29,9 +29,16 @@ pub const CONFIG_FILE: &str = "config.toml";
 pub enum Algo {
     /// PPO as TRL runs it: one policy with a value head.
     Ppo,
-    /// CORY: a pioneer and an observer copy trained on a shared reward, exchanging roles.
+    /// CORY: a pioneer and an observer copy trained on a shared reward, exchanging roles; each
+    /// copy learns with `[run] cory_learner` (PPO, GRPO or RLOO).
     #[default]
     Cory,
+    /// GRPO (DeepSeekMath; TRL's `GRPOTrainer`): one policy, G samples per prompt,
+    /// group-normalised advantages, no critic.
+    Grpo,
+    /// RLOO (TRL's `RLOOTrainer`): one policy, k samples per prompt, leave-one-out baseline, no
+    /// critic.
+    Rloo,
 }
 
 impl Algo {
@@ -40,6 +47,42 @@ impl Algo {
         match self {
             Algo::Ppo => "ppo",
             Algo::Cory => "cory",
+            Algo::Grpo => "grpo",
+            Algo::Rloo => "rloo",
+        }
+    }
+
+    /// The algorithm each trained copy learns with: itself, or for CORY `cory_learner`.
+    pub fn learner(self, cory_learner: LearnerAlgo) -> LearnerAlgo {
+        match self {
+            Algo::Ppo => LearnerAlgo::Ppo,
+            Algo::Grpo => LearnerAlgo::Grpo,
+            Algo::Rloo => LearnerAlgo::Rloo,
+            Algo::Cory => cory_learner,
+        }
+    }
+}
+
+/// The base algorithm of one trained copy (`[run] cory_learner` for CORY's two copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LearnerAlgo {
+    /// PPO with a value head (`[ppo]`).
+    #[default]
+    Ppo,
+    /// GRPO (`[grpo]`).
+    Grpo,
+    /// RLOO (`[rloo]`).
+    Rloo,
+}
+
+impl LearnerAlgo {
+    /// `ppo`, `grpo` or `rloo`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LearnerAlgo::Ppo => "ppo",
+            LearnerAlgo::Grpo => "grpo",
+            LearnerAlgo::Rloo => "rloo",
         }
     }
 }
@@ -48,10 +91,15 @@ impl Algo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct RunSettings {
-    /// What to train: `ppo` (one policy) or `cory` (a pioneer and an observer copy trained on a
-    /// shared reward, exchanging roles).
+    /// What to train: `ppo`, `grpo` or `rloo` (one policy), or `cory` (a pioneer and an
+    /// observer copy trained on a shared reward, exchanging roles).
     #[arg(long, value_enum)]
     pub algo: Algo,
+    /// CORY only: the algorithm both copies learn with (`ppo`, `grpo` or `rloo`; their settings
+    /// come from `[ppo]`, `[grpo]` or `[rloo]`).
+    #[arg(long, value_enum)]
+    #[serde(default)]
+    pub cory_learner: LearnerAlgo,
     /// Policy model: a Hugging Face directory (config.json + model.safetensors [+ tokenizer]),
     /// a `.gguf` file, or a named asset (`smollm2-135m`).
     #[arg(long)]
@@ -102,6 +150,15 @@ impl RunSettings {
                 return Err(setting(field, "must be at least 1"));
             }
         }
+        if self.algo != Algo::Cory && self.cory_learner != LearnerAlgo::Ppo {
+            return Err(setting(
+                "run.cory_learner",
+                format!(
+                    "chooses the learners of CORY runs; this run trains `{}` (use --algo cory)",
+                    self.algo.name()
+                ),
+            ));
+        }
         if self.lora_rank > 0 && !(self.lora_alpha.is_finite() && self.lora_alpha > 0.0) {
             return Err(setting("run.lora_alpha", "must be a positive number"));
         }
@@ -142,25 +199,92 @@ fn parse_head_init(s: &str) -> std::result::Result<ValueHeadInit, String> {
 #[derive(Debug, Clone)]
 pub struct Section {
     pub name: &'static str,
-    ids: Vec<String>,
+    /// `(clap id, field name in the table)` of every setting.
+    ids: Vec<(String, String)>,
 }
 
-/// The section `name`, holding the fields (and flags) of the clap group `A`.
+impl Section {
+    /// The clap ids of the section's settings.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.ids.iter().map(|(id, _)| id.as_str())
+    }
+}
+
+/// The section `name`, holding the fields (and flags) of the clap group `A`; each flag's id is
+/// its field's name.
 pub fn section<A: Args>(name: &'static str) -> Section {
+    section_prefixed::<A>(name, "")
+}
+
+/// The section `name` of a clap group whose ids are `prefix` + the field name (e.g. the group
+/// learners' `grpo_beta` → `[grpo] beta`, flag `--grpo-beta`), so that sections with fields of
+/// the same name live on one command line.
+pub fn section_prefixed<A: Args>(name: &'static str, prefix: &str) -> Section {
     let cmd = A::augment_args(Command::new(name));
     Section {
         name,
         ids: cmd
             .get_arguments()
-            .map(|a| a.get_id().to_string())
+            .map(|a| {
+                let id = a.get_id().to_string();
+                let field = id.strip_prefix(prefix).unwrap_or(&id).to_string();
+                (id, field)
+            })
             .collect(),
     }
+}
+
+/// The sections every training app has — `[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]` —
+/// followed by the task's own section `task` (the fields of `T`). The group learners' flags
+/// carry their section's prefix (`--grpo-beta`), as both have fields of the same names.
+pub fn app_sections<T: Args>(task: &'static str) -> Vec<Section> {
+    vec![
+        section::<RunSettings>("run"),
+        section::<lmrl_rl::PpoConfig>("ppo"),
+        section_prefixed::<lmrl_rl::GrpoConfig>("grpo", "grpo_"),
+        section_prefixed::<lmrl_rl::RlooConfig>("rloo", "rloo_"),
+        section::<lmrl_rl::CoryConfig>("cory"),
+        section::<T>(task),
+    ]
+}
+
+/// A library configuration error as a setting error naming the `config.toml` key
+/// `section.field`.
+pub fn in_section(section: &str, e: lmrl_rl::RlError) -> TrainError {
+    match e {
+        lmrl_rl::RlError::Config { field, reason } => setting(format!("{section}.{field}"), reason),
+        other => setting(section, other.to_string()),
+    }
+}
+
+/// Checks the learners' sections of a run (`[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]`);
+/// errors name the key.
+pub fn validate_learners(
+    run: &RunSettings,
+    ppo: &lmrl_rl::PpoConfig,
+    grpo: &lmrl_rl::GrpoConfig,
+    rloo: &lmrl_rl::RlooConfig,
+    cory: &lmrl_rl::CoryConfig,
+) -> Result<()> {
+    run.validate()?;
+    ppo.validate().map_err(|e| in_section("ppo", e))?;
+    grpo.validate().map_err(|e| in_section("grpo", e))?;
+    rloo.validate().map_err(|e| in_section("rloo", e))?;
+    if run.algo == Algo::Cory && cory.swap_period == 0 {
+        return Err(setting("cory.swap_period", "must be at least 1 for CORY"));
+    }
+    Ok(())
 }
 
 /// An app's whole run configuration: one struct whose fields are the sections.
 pub trait Config: Serialize + DeserializeOwned + Clone + Debug + FromArgMatches {
     /// Names a fresh run's default output directory, `runs/<APP>-<algo>-<seed>`.
     const APP: &'static str;
+
+    /// The algorithm of a run that names none (`cory` unless the app says otherwise).
+    fn default_algo() -> Algo {
+        Algo::default()
+    }
 
     /// The built-in defaults of a run of `algo`.
     fn defaults(algo: Algo) -> Self;
@@ -195,13 +319,13 @@ pub struct Resolved<C> {
 }
 
 /// Shows the app's defaults in `--help` and makes every setting optional on the command line:
-/// each flag of `C`'s sections gets the default of [`Config::defaults`] for the default
-/// algorithm. Apply to the (sub)command that flattens `C`.
+/// each flag of `C`'s sections gets the default of [`Config::defaults`] for the app's default
+/// algorithm ([`Config::default_algo`]). Apply to the (sub)command that flattens `C`.
 pub fn with_defaults<C: Config>(mut cmd: Command) -> Command {
-    let defaults = section_tables(&C::defaults(Algo::default()));
+    let defaults = section_tables(&C::defaults(C::default_algo()));
     for sec in C::sections() {
-        for id in &sec.ids {
-            let value = defaults.get(sec.name).and_then(|t| t.get(id.as_str()));
+        for (id, field) in &sec.ids {
+            let value = defaults.get(sec.name).and_then(|t| t.get(field.as_str()));
             let texts = value.map(default_texts).unwrap_or_default();
             cmd = cmd.mut_arg(id.as_str(), |a| {
                 let a = a.required(false);
@@ -228,13 +352,24 @@ fn section_tables<C: Serialize>(c: &C) -> Table {
     Table::try_from(c).expect("a config struct serialises to a TOML table")
 }
 
-/// The ids of the settings given on the command line, with their section.
-fn given<C: Config>(matches: &ArgMatches) -> Vec<(&'static str, String)> {
+/// A setting given on the command line: its section, clap id and field name.
+struct Given {
+    section: &'static str,
+    id: String,
+    field: String,
+}
+
+/// The settings given on the command line.
+fn given<C: Config>(matches: &ArgMatches) -> Vec<Given> {
     let mut out = Vec::new();
     for sec in C::sections() {
-        for id in sec.ids {
+        for (id, field) in sec.ids {
             if matches.value_source(&id) == Some(ValueSource::CommandLine) {
-                out.push((sec.name, id));
+                out.push(Given {
+                    section: sec.name,
+                    id,
+                    field,
+                });
             }
         }
     }
@@ -263,12 +398,12 @@ pub fn resolve_with<C: Config>(
     let cli =
         section_tables(&C::from_arg_matches(matches).map_err(|e| setting("flags", e.to_string()))?);
     let overlay = |mut base: Table, allowed: &dyn Fn(&str) -> bool| -> Table {
-        for (sec, id) in &given {
-            if !allowed(id) {
+        for g in &given {
+            if !allowed(&g.field) {
                 continue;
             }
-            if let Some(v) = cli.get(*sec).and_then(|t| t.get(id.as_str())) {
-                table_mut(&mut base, sec).insert(id.clone(), v.clone());
+            if let Some(v) = cli.get(g.section).and_then(|t| t.get(g.field.as_str())) {
+                table_mut(&mut base, g.section).insert(g.field.clone(), v.clone());
             }
         }
         base
@@ -276,8 +411,8 @@ pub fn resolve_with<C: Config>(
     if let Some(dir) = &args.resume {
         let changed: Vec<String> = given
             .iter()
-            .filter(|(_, id)| !RESUMABLE.contains(&id.as_str()))
-            .map(|(_, id)| flag(id))
+            .filter(|g| g.section != "run" || !RESUMABLE.contains(&g.field.as_str()))
+            .map(|g| flag(&g.id))
             .collect();
         if !changed.is_empty() {
             return Err(TrainError::ResumeSettings {
@@ -287,7 +422,7 @@ pub fn resolve_with<C: Config>(
         }
         let file = dir.join(CONFIG_FILE);
         let base = read_table(&file)?;
-        let merged = overlay(base, &|id| RESUMABLE.contains(&id));
+        let merged = overlay(base, &|field| RESUMABLE.contains(&field));
         let config = finish::<C>(merged, &file)?;
         return Ok(Resolved {
             config,
@@ -302,7 +437,7 @@ pub fn resolve_with<C: Config>(
     let algo = file_algo(forced)
         .or_else(|| given_algo(&given, &cli))
         .or_else(|| file_algo(&file))
-        .unwrap_or_default();
+        .unwrap_or_else(C::default_algo);
     let mut base = section_tables(&C::defaults(algo));
     merge(&mut base, file);
     let mut merged = overlay(base, &|_| true);
@@ -323,11 +458,11 @@ pub fn resolve_with<C: Config>(
     })
 }
 
-fn given_algo(given: &[(&str, String)], cli: &Table) -> Option<Algo> {
+fn given_algo(given: &[Given], cli: &Table) -> Option<Algo> {
     given
         .iter()
-        .find(|(_, id)| id == "algo")
-        .and_then(|(sec, _)| cli.get(*sec)?.get("algo")?.clone().try_into().ok())
+        .find(|g| g.section == "run" && g.field == "algo")
+        .and_then(|g| cli.get(g.section)?.get("algo")?.clone().try_into().ok())
 }
 
 fn file_algo(file: &Table) -> Option<Algo> {

@@ -8,7 +8,7 @@
 //! Data parallel ([`crate::parallel`]), every rank runs this loop on its contiguous share of
 //! each batch; the learners reduce what they normalise over the batch, the responses and
 //! rewards are gathered for the metrics and sample logs, and rank 0 alone writes files.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
@@ -16,7 +16,7 @@ use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer};
 use lmrl_rewards::Sample;
-use lmrl_rl::dist::{Collective, all_gather_json, shard};
+use lmrl_rl::dist::{Collective, all_gather_json, broadcast_json, shard};
 use lmrl_rl::{
     CoryEnv, CoryIterationStats, EnvError, GenerationPurpose, Learner, Prompt, Role, StepStats,
 };
@@ -86,20 +86,42 @@ impl<T: Task> Trainer<'_, T> {
                 let c = Copies::fresh(self.spec, &base, self.reference, self.device)?;
                 (c, 0)
             }
-            Start::Resume { done, dir: ckpt } => {
-                let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
-                if let Copies::Cory(t) = &c
-                    && t.iterations() != *done
-                {
-                    return Err(TrainError::Run {
-                        path: ckpt.clone(),
-                        reason: format!(
-                            "holds {} CORY iterations but its state.toml says {done}",
-                            t.iterations()
-                        ),
-                    });
-                }
-                (c, *done)
+            Start::Resume { candidates } => {
+                let restore = |done: usize, ckpt: &Path| -> Result<Copies> {
+                    let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
+                    if let Copies::Cory(t) = &c
+                        && t.iterations() != done
+                    {
+                        return Err(TrainError::Run {
+                            path: ckpt.to_path_buf(),
+                            reason: format!(
+                                "holds {} CORY iterations but its state.toml says {done}",
+                                t.iterations()
+                            ),
+                        });
+                    }
+                    Ok(c)
+                };
+                // Rank 0 picks the newest checkpoint that restores (moving unusable ones
+                // aside) and the other ranks restore that one.
+                let c = self.collective;
+                let (done, copies) = match dir {
+                    Some(dir) => {
+                        let (done, (copies, ckpt)) = dir.restore(candidates, |done, ckpt| {
+                            restore(done, ckpt).map(|c| (c, ckpt.to_path_buf()))
+                        })?;
+                        if c.world() > 1 {
+                            let _: (usize, PathBuf) = broadcast_json(c, 0, &(done, ckpt))?;
+                        }
+                        (done, copies)
+                    }
+                    None => {
+                        let (done, ckpt): (usize, PathBuf) =
+                            broadcast_json(c, 0, &(0, PathBuf::new()))?;
+                        (done, restore(done, &ckpt)?)
+                    }
+                };
+                (copies, done)
             }
         };
         drop(base);
@@ -130,6 +152,27 @@ impl<T: Task> Trainer<'_, T> {
         };
         let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
         let (rank, world) = (self.collective.rank(), self.collective.world());
+        // A signal to any rank while the model loaded or the base model was evaluated: the
+        // work since the last checkpoint (none, or the one resumed from) is not worth an
+        // iteration.
+        if crate::parallel::any_rank(self.collective, stop_requested())? {
+            if let Some(dir) = dir {
+                let kept = match first {
+                    0 => "nothing was trained".to_string(),
+                    n => format!(
+                        "checkpoint {} kept",
+                        dir.checkpoints().path_for(n).display()
+                    ),
+                };
+                eprintln!(
+                    "stopped before iteration {}; {kept}.\nresume with: {} --resume {} --iterations {total}",
+                    first + 1,
+                    self.app,
+                    dir.path().display(),
+                );
+            }
+            return Ok(Outcome::Stopped);
+        }
         for it in first..total {
             let t0 = Instant::now();
             let mut phases = Phases::default();
@@ -154,8 +197,18 @@ impl<T: Task> Trainer<'_, T> {
             for mut r in rows {
                 r.seconds = secs;
                 line.push_str(&format!(
-                    " {} ({}) r {:+.3} kl {:.3} β {:.3} |",
-                    r.agent, r.role, r.task_reward, r.kl, r.beta
+                    " {} ({}) r {:+.3}",
+                    r.agent, r.role, r.task_reward
+                ));
+                if let Some(sd) = r.reward_std {
+                    line.push_str(&format!(" ±{sd:.3}"));
+                }
+                if let Some(z) = r.frac_reward_zero_std {
+                    line.push_str(&format!(" zero-std {z:.2}"));
+                }
+                line.push_str(&format!(
+                    " len {:.1} kl {:.3} β {:.3} |",
+                    r.response_len, r.kl, r.beta
                 ));
                 if let Some((metrics, _)) = logs.as_mut() {
                     metrics.append(&r)?;
@@ -199,9 +252,10 @@ impl<T: Task> Trainer<'_, T> {
         Ok(Outcome::Finished)
     }
 
-    /// Prompts per iteration: the learners' batch divided by their samples per prompt.
+    /// Prompts per iteration: PPO's `batch_size`, or the group learners' `prompts_per_step`
+    /// (each prompt answered G times).
     fn batch_size(&self) -> usize {
-        self.spec.ppo.batch_size
+        self.spec.prompts_per_iteration()
     }
 
     fn save(&self, copies: &Copies, dir: &RunDir, done: usize) -> Result<()> {
@@ -420,7 +474,15 @@ impl<T: Task> Trainer<'_, T> {
             let all: Vec<Prompt<T::Context>> = batch.iter().map(|p| (*p).clone()).collect();
             self.log_cory_samples(samples, it, &all, &stats)?;
         }
-        Ok(cory_rows(it, &stats))
+        let mut rows = cory_rows(it, &stats);
+        for (row, m) in rows.iter_mut().zip(&stats.agents) {
+            let texts = match m.role {
+                Role::Pioneer => &stats.texts.pioneer_responses,
+                Role::Observer => &stats.texts.observer_responses,
+            };
+            row.repetition = repetition(texts);
+        }
+        Ok(rows)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -634,12 +696,38 @@ fn spinner(what: String) -> ProgressBar {
     b
 }
 
+/// Mean over responses of 1 − distinct words / words (the collapse indicator of
+/// [`MetricRow::repetition`]): 0 when no word repeats, near 1 for "great great great …".
+pub fn repetition(responses: &[String]) -> f64 {
+    let per: Vec<f64> = responses
+        .iter()
+        .map(|y| y.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let distinct: std::collections::BTreeSet<&str> = w.iter().copied().collect();
+            1.0 - distinct.len() as f64 / w.len() as f64
+        })
+        .collect();
+    per.iter().sum::<f64>() / per.len().max(1) as f64
+}
+
 /// Mean of `xs` in f64.
 fn mean(xs: &[f32]) -> f64 {
     xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// One metrics row of a learner's step. `task` is the batch of the copy's own task rewards;
+/// Bessel-corrected standard deviation (TRL's `reward_std`); `None` below two values.
+fn std_dev(xs: &[f32]) -> Option<f64> {
+    (xs.len() >= 2).then(|| {
+        let m = mean(xs);
+        let ss = xs.iter().map(|&x| (f64::from(x) - m).powi(2)).sum::<f64>();
+        (ss / (xs.len() - 1) as f64).sqrt()
+    })
+}
+
+/// One metrics row of a learner's step. `task` is the batch of the copy's own task rewards
+/// (their mean and std go into the row; a group learner's `frac_reward_zero_std` is of the
+/// scores it trained on);
 /// `pioneer` its (reward, KL) answering the plain prompt when measured apart from its training
 /// role (otherwise the training-role values are repeated). `combined_reward` is r − β·KL with
 /// TRL's `objective/kl` and `objective/kl_coef`.
@@ -651,17 +739,17 @@ pub fn metric_row(
     s: &StepStats,
     pioneer: Option<(f64, f64)>,
 ) -> MetricRow {
-    let task = mean(task);
+    let task_mean = mean(task);
     let kl = f64::from(s.kl);
-    let (ptr, pkl) = pioneer.unwrap_or((task, kl));
+    let (ptr, pkl) = pioneer.unwrap_or((task_mean, kl));
     MetricRow {
         iteration: it,
         agent: name.into(),
         role: role.into(),
-        task_reward: task,
+        task_reward: task_mean,
         kl,
         beta: s.kl_coef,
-        combined_reward: task - s.kl_coef * kl,
+        combined_reward: task_mean - s.kl_coef * kl,
         policy_loss: f64::from(s.policy_loss),
         value_loss: f64::from(s.value_loss.unwrap_or(0.0)),
         entropy: f64::from(s.entropy),
@@ -670,6 +758,9 @@ pub fn metric_row(
         response_len: f64::from(s.response_len_mean),
         pioneer_task_reward: ptr,
         pioneer_kl: pkl,
+        repetition: 0.0,
+        reward_std: std_dev(task),
+        frac_reward_zero_std: s.frac_reward_zero_std.map(f64::from),
         seconds: 0.0,
     }
 }
@@ -695,4 +786,17 @@ pub fn cory_rows(it: usize, stats: &CoryIterationStats) -> Vec<MetricRow> {
             metric_row(it, m.llm, role, own, &m.stats, plain)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repetition_is_the_share_of_repeated_words() {
+        let r = repetition(&["a b c d".into(), "great great great great".into()]);
+        // 0 for the first, 1 − 1/4 for the second.
+        assert!((r - 0.375).abs() < 1e-12, "{r}");
+        assert_eq!(repetition(&[String::new()]), 0.0);
+    }
 }

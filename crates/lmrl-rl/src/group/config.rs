@@ -8,6 +8,7 @@ use crate::group::loss::{GrpoLossParams, LossNormalisation, RlooLossParams};
 
 /// How GRPO divides the centred rewards (TRL `GRPOConfig.scale_rewards`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum ScaleRewards {
     /// `"group"` (TRL's default, also `True`): by the standard deviation of the prompt's group,
@@ -24,6 +25,7 @@ pub enum ScaleRewards {
 /// How GRPO reduces the per-token loss to a scalar (TRL `GRPOConfig.loss_type`; the four
 /// clipped-ratio variants).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum GrpoLossType {
     /// `"grpo"`: token mean within each sequence, then mean over sequences (DeepSeekMath).
@@ -31,6 +33,7 @@ pub enum GrpoLossType {
     /// `"bnpo"`: token mean over the local batch.
     Bnpo,
     /// `"dr_grpo"`: token sum ÷ (sequences × `max_completion_length`) (Dr. GRPO).
+    #[cfg_attr(feature = "cli", value(name = "dr_grpo"))]
     DrGrpo,
     /// `"dapo"` (TRL's default): token sum ÷ the number of active tokens in the whole
     /// generation batch (DAPO's token-level loss).
@@ -39,41 +42,143 @@ pub enum GrpoLossType {
 }
 
 /// GRPO configuration: TRL 1.16 `GRPOConfig`, the fields this crate implements, with TRL's
-/// defaults. Deserialising fills missing fields from `Default` and rejects unknown ones.
+/// defaults, plus the optimisation loop's sizes (TRL's `TrainingArguments`). Deserialising fills
+/// missing fields from `Default` and rejects unknown ones. With the `cli` feature a clap argument
+/// group whose flags carry the prefix `--grpo-` (`--grpo-beta`, `--grpo-num-generations`, …), so
+/// they live beside PPO's and RLOO's flags of the same name.
+///
+/// Sizes: one [`crate::GroupAgent::step`] trains on `prompts_per_step × num_generations`
+/// completions (TRL's `generation_batch_size`), in micro-batches of `mini_batch_size`
+/// completions (TRL's `per_device_train_batch_size`); `gradient_accumulation_steps`
+/// micro-batches make one Adam step, and the whole batch is passed over `num_iterations` times
+/// (μ). With the defaults of an app (accumulation over every micro-batch, μ = 1) a step is one
+/// Adam step on the whole batch, on-policy: TRL's default `steps_per_generation =
+/// gradient_accumulation_steps`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct GrpoConfig {
-    /// Learning rate (`learning_rate`, 1e-6).
+    /// GRPO: Adam learning rate (`learning_rate`, TRL 1e-6).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-learning-rate", id = "grpo_learning_rate")
+    )]
     pub learning_rate: f64,
-    /// Completions per prompt, G (`num_generations`, 8). At least 2.
+    /// GRPO: completions per prompt, G (`num_generations`, 8); at least 2.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-num-generations", id = "grpo_num_generations")
+    )]
     pub num_generations: usize,
-    /// Maximum completion length (`max_completion_length`, 512); also the divisor of
-    /// [`GrpoLossType::DrGrpo`].
+    /// GRPO: prompts per step (each answered G times; TRL counts completions instead:
+    /// `generation_batch_size` = this × G).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-prompts-per-step", id = "grpo_prompts_per_step")
+    )]
+    pub prompts_per_step: usize,
+    /// GRPO: completions per forward/backward pass (`per_device_train_batch_size`, 8).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-mini-batch-size", id = "grpo_mini_batch_size")
+    )]
+    pub mini_batch_size: usize,
+    /// GRPO: micro-batches whose gradients are summed into one Adam step
+    /// (`gradient_accumulation_steps`, 1).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "grpo-gradient-accumulation-steps",
+            id = "grpo_gradient_accumulation_steps"
+        )
+    )]
+    pub gradient_accumulation_steps: usize,
+    /// GRPO: completions per no-grad forward of the reference (and, off-policy, the old
+    /// policy); `None` = `mini_batch_size`. Memory only: results do not depend on it.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-forward-batch-size", id = "grpo_forward_batch_size")
+    )]
+    pub forward_batch_size: Option<usize>,
+    /// GRPO: longest completion (`max_completion_length`, 512): the divisor of `dr_grpo` and
+    /// the length at which a completion without EOS counts as truncated. Apps set it from their
+    /// own response length.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub max_completion_length: usize,
-    /// Sampling temperature (`temperature`, 1.0).
+    /// GRPO: the sampling temperature (`temperature`, 1.0); the log-probabilities are those of
+    /// the logits divided by it, as TRL computes them. Apps set it from their sampler.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub temperature: f64,
-    /// Nucleus sampling (`top_p`, 1.0 = off).
+    /// Nucleus sampling (`top_p`, 1.0 = off); informational, the sampler is the app's.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub top_p: f64,
-    /// Top-k sampling (`top_k`, 0 = off).
+    /// Top-k sampling (`top_k`, 0 = off); informational, the sampler is the app's.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub top_k: usize,
-    /// KL coefficient β (`beta`, 0.0: no reference model). DeepSeek-R1 used 0.001.
+    /// GRPO: KL coefficient β of the k3 term in the loss (`beta`, TRL 0.0; DeepSeekMath 0.04).
+    #[cfg_attr(feature = "cli", arg(long = "grpo-beta", id = "grpo_beta"))]
     pub beta: f64,
-    /// Optimisation passes over each generation batch, μ (`num_iterations`, 1).
+    /// GRPO: passes over each generation batch, μ (`num_iterations`, 1).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-num-iterations", id = "grpo_num_iterations")
+    )]
     pub num_iterations: usize,
-    /// Lower clip ε_low of the ratio (`epsilon`, 0.2).
+    /// GRPO: lower clip ε_low of the ratio (`epsilon`, 0.2).
+    #[cfg_attr(feature = "cli", arg(long = "grpo-epsilon", id = "grpo_epsilon"))]
     pub epsilon: f64,
-    /// Upper clip ε_high (`epsilon_high`, `None` = `epsilon`; DAPO recommends 0.28).
+    /// GRPO: upper clip ε_high (`epsilon_high`, unset = ε_low; DAPO's clip-higher uses 0.28).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-epsilon-high", id = "grpo_epsilon_high")
+    )]
     pub epsilon_high: Option<f64>,
-    /// Reward scaling of the advantages (`scale_rewards`, `"group"`).
+    /// GRPO: how the centred rewards are scaled (`scale_rewards`: `group` std, `batch` std, or
+    /// `none`).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-scale-rewards", id = "grpo_scale_rewards", value_enum)
+    )]
     pub scale_rewards: ScaleRewards,
-    /// Loss reduction (`loss_type`, `"dapo"`).
+    /// GRPO: loss normalisation (`loss_type`): `grpo` (per-sequence mean, DeepSeekMath), `bnpo`
+    /// (token mean of the micro-batch), `dapo` (token mean of the whole batch, TRL's default),
+    /// `dr_grpo` (÷ completions × max length).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-loss-type", id = "grpo_loss_type", value_enum)
+    )]
     pub loss_type: GrpoLossType,
-    /// Multiply the k3 KL term by the importance ratio (`use_bias_correction_kl`, true: the
-    /// unbiased reverse-KL gradient of DeepSeek-V3.2).
+    /// GRPO: multiply the k3 KL by the importance ratio (`use_bias_correction_kl`, true).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-use-bias-correction-kl", id = "grpo_use_bias_correction_kl", action = clap::ArgAction::Set)
+    )]
     pub use_bias_correction_kl: bool,
-    /// Exclude truncated completions (no EOS) from the loss (`mask_truncated_completions`,
-    /// false).
+    /// GRPO: leave truncated completions (no EOS within `max_completion_length`) out of the
+    /// loss (`mask_truncated_completions`, false); their rewards still count in the groups.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-mask-truncated-completions", id = "grpo_mask_truncated_completions", action = clap::ArgAction::Set)
+    )]
     pub mask_truncated_completions: bool,
+    /// GRPO: clip the global gradient norm (`max_grad_norm`, TRL 1.0); unset = no clipping.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "grpo-max-grad-norm", id = "grpo_max_grad_norm")
+    )]
+    pub max_grad_norm: Option<f32>,
+    /// Adam β₁ (0.9).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub adam_beta1: f32,
+    /// Adam β₂ (0.999).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub adam_beta2: f32,
+    /// Adam ε (1e-8).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub adam_epsilon: f32,
+    /// Seed of the micro-batch shuffles (an app sets it from its run seed).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub seed: u64,
 }
 
 impl Default for GrpoConfig {
@@ -81,6 +186,10 @@ impl Default for GrpoConfig {
         Self {
             learning_rate: 1e-6,
             num_generations: 8,
+            prompts_per_step: 1,
+            mini_batch_size: 8,
+            gradient_accumulation_steps: 1,
+            forward_batch_size: None,
             max_completion_length: 512,
             temperature: 1.0,
             top_p: 1.0,
@@ -93,6 +202,11 @@ impl Default for GrpoConfig {
             loss_type: GrpoLossType::Dapo,
             use_bias_correction_kl: true,
             mask_truncated_completions: false,
+            max_grad_norm: Some(1.0),
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            adam_epsilon: 1e-8,
+            seed: 0,
         }
     }
 }
@@ -102,6 +216,95 @@ fn bad(field: &str, reason: impl Into<String>) -> Result<()> {
         field: field.to_string(),
         reason: reason.into(),
     })
+}
+
+/// The optimisation loop's sizes, shared by [`GrpoConfig`] and [`RlooConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSizes {
+    /// Completions per prompt, G.
+    pub num_generations: usize,
+    /// Prompts per step.
+    pub prompts_per_step: usize,
+    /// Completions per forward/backward pass.
+    pub mini_batch_size: usize,
+    /// Micro-batches per Adam step.
+    pub gradient_accumulation_steps: usize,
+    /// Completions per no-grad forward.
+    pub forward_batch_size: usize,
+    /// Passes over the batch, μ.
+    pub num_iterations: usize,
+}
+
+impl GroupSizes {
+    /// Completions per step: prompts × G.
+    pub fn completions(&self) -> usize {
+        self.prompts_per_step * self.num_generations
+    }
+
+    /// Micro-batches per pass over the batch.
+    pub fn micro_batches(&self) -> usize {
+        self.completions() / self.mini_batch_size.max(1)
+    }
+
+    /// Adam steps per pass.
+    pub fn optimizer_steps_per_pass(&self) -> usize {
+        self.micro_batches() / self.gradient_accumulation_steps.max(1)
+    }
+
+    /// Whether every log-probability of the step is taken before the first update, so that the
+    /// old policy is the current one (TRL then uses `per_token_logps.detach()` as the old
+    /// log-probs and skips their forward): one pass, one Adam step.
+    pub fn on_policy(&self) -> bool {
+        self.num_iterations == 1 && self.optimizer_steps_per_pass() == 1
+    }
+
+    fn validate(&self) -> Result<()> {
+        for (field, v) in [
+            ("prompts_per_step", self.prompts_per_step),
+            ("mini_batch_size", self.mini_batch_size),
+            (
+                "gradient_accumulation_steps",
+                self.gradient_accumulation_steps,
+            ),
+            ("forward_batch_size", self.forward_batch_size),
+        ] {
+            if v == 0 {
+                return bad(field, "must be at least 1");
+            }
+        }
+        let n = self.completions();
+        let per_step = self.mini_batch_size * self.gradient_accumulation_steps;
+        if !n.is_multiple_of(per_step) {
+            return bad(
+                "gradient_accumulation_steps",
+                format!(
+                    "a step's {n} completions ({} prompts × {} generations) are not a whole \
+                     number of Adam steps of mini_batch_size × gradient_accumulation_steps = \
+                     {} × {} = {per_step}",
+                    self.prompts_per_step,
+                    self.num_generations,
+                    self.mini_batch_size,
+                    self.gradient_accumulation_steps
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+fn check_adam(beta1: f32, beta2: f32, eps: f32, max_grad_norm: Option<f32>) -> Result<()> {
+    if !((0.0..1.0).contains(&beta1) && (0.0..1.0).contains(&beta2)) {
+        return bad("adam_beta1", "Adam β₁ and β₂ must be in [0, 1)");
+    }
+    if !(eps.is_finite() && eps > 0.0) {
+        return bad("adam_epsilon", "must be positive");
+    }
+    if let Some(m) = max_grad_norm
+        && !(m.is_finite() && m > 0.0)
+    {
+        return bad("max_grad_norm", format!("must be positive, got {m}"));
+    }
+    Ok(())
 }
 
 fn check_clip(epsilon: f64, epsilon_high: Option<f64>) -> Result<()> {
@@ -117,6 +320,18 @@ fn check_clip(epsilon: f64, epsilon_high: Option<f64>) -> Result<()> {
 }
 
 impl GrpoConfig {
+    /// The optimisation loop's sizes.
+    pub fn sizes(&self) -> GroupSizes {
+        GroupSizes {
+            num_generations: self.num_generations,
+            prompts_per_step: self.prompts_per_step,
+            mini_batch_size: self.mini_batch_size,
+            gradient_accumulation_steps: self.gradient_accumulation_steps,
+            forward_batch_size: self.forward_batch_size.unwrap_or(self.mini_batch_size),
+            num_iterations: self.num_iterations,
+        }
+    }
+
     /// ε_high as TRL resolves it: `epsilon_high` if set, else `epsilon`.
     pub fn epsilon_high(&self) -> f64 {
         self.epsilon_high.unwrap_or(self.epsilon)
@@ -177,42 +392,130 @@ impl GrpoConfig {
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return bad("learning_rate", "must be positive");
         }
+        self.sizes().validate()?;
+        check_adam(
+            self.adam_beta1,
+            self.adam_beta2,
+            self.adam_epsilon,
+            self.max_grad_norm,
+        )?;
         check_clip(self.epsilon, self.epsilon_high)
     }
 }
 
 /// RLOO configuration: TRL 1.16 `RLOOConfig`, the fields this crate implements, with TRL's
-/// defaults. Deserialising fills missing fields from `Default` and rejects unknown ones.
+/// defaults, plus the optimisation loop's sizes as in [`GrpoConfig`]. Deserialising fills
+/// missing fields from `Default` and rejects unknown ones. With the `cli` feature a clap
+/// argument group with the prefix `--rloo-`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct RlooConfig {
-    /// Learning rate (`learning_rate`, 1e-6).
+    /// RLOO: Adam learning rate (`learning_rate`, TRL 1e-6).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-learning-rate", id = "rloo_learning_rate")
+    )]
     pub learning_rate: f64,
-    /// Completions per prompt, k (`num_generations`, 2). At least 2.
+    /// RLOO: completions per prompt, k (`num_generations`, 2); at least 2.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-num-generations", id = "rloo_num_generations")
+    )]
     pub num_generations: usize,
-    /// Maximum completion length (`max_completion_length`, 512).
+    /// RLOO: prompts per step (each answered k times).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-prompts-per-step", id = "rloo_prompts_per_step")
+    )]
+    pub prompts_per_step: usize,
+    /// RLOO: completions per forward/backward pass (`per_device_train_batch_size`, 8).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-mini-batch-size", id = "rloo_mini_batch_size")
+    )]
+    pub mini_batch_size: usize,
+    /// RLOO: micro-batches per Adam step (`gradient_accumulation_steps`, 1).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "rloo-gradient-accumulation-steps",
+            id = "rloo_gradient_accumulation_steps"
+        )
+    )]
+    pub gradient_accumulation_steps: usize,
+    /// RLOO: completions per no-grad forward (policy and reference); `None` =
+    /// `mini_batch_size`. Memory only.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-forward-batch-size", id = "rloo_forward_batch_size")
+    )]
+    pub forward_batch_size: Option<usize>,
+    /// RLOO: longest completion (`max_completion_length`, 512); apps set it from their own
+    /// response length.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub max_completion_length: usize,
-    /// Sampling temperature (`temperature`, 1.0).
+    /// RLOO: the sampling temperature (`temperature`, 1.0), also applied to the logits of the
+    /// log-probabilities; apps set it from their sampler.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub temperature: f64,
-    /// Nucleus sampling (`top_p`, 1.0 = off).
+    /// Nucleus sampling (`top_p`, 1.0 = off); informational.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub top_p: f64,
-    /// Top-k sampling (`top_k`, 0 = off).
+    /// Top-k sampling (`top_k`, 0 = off); informational.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub top_k: usize,
-    /// KL coefficient β of the reward penalty (`beta`, 0.05).
+    /// RLOO: KL coefficient β of the reward penalty r − β·Σ_t k1 (`beta`, 0.05).
+    #[cfg_attr(feature = "cli", arg(long = "rloo-beta", id = "rloo_beta"))]
     pub beta: f64,
-    /// Optimisation passes over each generation batch (`num_iterations`, 1).
+    /// RLOO: passes over each generation batch (`num_iterations`, 1).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-num-iterations", id = "rloo_num_iterations")
+    )]
     pub num_iterations: usize,
-    /// Lower clip ε_low of the sequence ratio (`epsilon`, 0.2).
+    /// RLOO: lower clip ε_low of the sequence ratio (`epsilon`, 0.2).
+    #[cfg_attr(feature = "cli", arg(long = "rloo-epsilon", id = "rloo_epsilon"))]
     pub epsilon: f64,
-    /// Upper clip ε_high (`epsilon_high`, `None` = `epsilon`).
+    /// RLOO: upper clip ε_high (`epsilon_high`, unset = ε_low).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-epsilon-high", id = "rloo_epsilon_high")
+    )]
     pub epsilon_high: Option<f64>,
-    /// Whiten the advantages over the batch (`normalize_advantages`, false).
+    /// RLOO: whiten the advantages over the batch (`normalize_advantages`, false).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-normalize-advantages", id = "rloo_normalize_advantages", action = clap::ArgAction::Set)
+    )]
     pub normalize_advantages: bool,
     /// Clamp the rewards to `[lo, hi]` before the KL penalty (`reward_clip_range`, `None`).
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub reward_clip_range: Option<(f32, f32)>,
-    /// Exclude truncated completions (no EOS) from the loss (`mask_truncated_completions`,
-    /// false).
+    /// RLOO: leave truncated completions out of the loss (`mask_truncated_completions`, false).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-mask-truncated-completions", id = "rloo_mask_truncated_completions", action = clap::ArgAction::Set)
+    )]
     pub mask_truncated_completions: bool,
+    /// RLOO: clip the global gradient norm (`max_grad_norm`, TRL 1.0); unset = no clipping.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-max-grad-norm", id = "rloo_max_grad_norm")
+    )]
+    pub max_grad_norm: Option<f32>,
+    /// Adam β₁ (0.9).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub adam_beta1: f32,
+    /// Adam β₂ (0.999).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub adam_beta2: f32,
+    /// Adam ε (1e-8).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub adam_epsilon: f32,
+    /// Seed of the micro-batch shuffles (an app sets it from its run seed).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub seed: u64,
 }
 
 impl Default for RlooConfig {
@@ -220,6 +523,10 @@ impl Default for RlooConfig {
         Self {
             learning_rate: 1e-6,
             num_generations: 2,
+            prompts_per_step: 4,
+            mini_batch_size: 8,
+            gradient_accumulation_steps: 1,
+            forward_batch_size: None,
             max_completion_length: 512,
             temperature: 1.0,
             top_p: 1.0,
@@ -231,11 +538,28 @@ impl Default for RlooConfig {
             normalize_advantages: false,
             reward_clip_range: None,
             mask_truncated_completions: false,
+            max_grad_norm: Some(1.0),
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            adam_epsilon: 1e-8,
+            seed: 0,
         }
     }
 }
 
 impl RlooConfig {
+    /// The optimisation loop's sizes.
+    pub fn sizes(&self) -> GroupSizes {
+        GroupSizes {
+            num_generations: self.num_generations,
+            prompts_per_step: self.prompts_per_step,
+            mini_batch_size: self.mini_batch_size,
+            gradient_accumulation_steps: self.gradient_accumulation_steps,
+            forward_batch_size: self.forward_batch_size.unwrap_or(self.mini_batch_size),
+            num_iterations: self.num_iterations,
+        }
+    }
+
     /// ε_high as TRL resolves it: `epsilon_high` if set, else `epsilon`.
     pub fn epsilon_high(&self) -> f64 {
         self.epsilon_high.unwrap_or(self.epsilon)
@@ -286,6 +610,13 @@ impl RlooConfig {
                 format!("needs lo ≤ hi, got ({lo}, {hi})"),
             );
         }
+        self.sizes().validate()?;
+        check_adam(
+            self.adam_beta1,
+            self.adam_beta2,
+            self.adam_epsilon,
+            self.max_grad_norm,
+        )?;
         check_clip(self.epsilon, self.epsilon_high)
     }
 }

@@ -2,7 +2,7 @@
 //! (`trl.GRPOTrainer`, `trl.RLOOTrainer`), as pure functions on tensors, one TRL quantity per
 //! function, each checked against TRL's own numbers (`tests/fixtures/group-trl`,
 //! `tests/group_parity.rs`). Formulas, references and the choice of defaults:
-//! `docs/group-algorithms.md`.
+//! `docs/algorithms.md`.
 //!
 //! | TRL 1.16 | here |
 //! |---|---|
@@ -19,6 +19,7 @@
 //! | `RLOOTrainer._compute_loss` | [`rloo_loss`] |
 //! | `mask_truncated_completions` | [`mask_truncated_completions`] |
 //! | `GRPOConfig`, `RLOOConfig` | [`GrpoConfig`], [`RlooConfig`] |
+//! | `GRPOTrainer` / `RLOOTrainer` training step (`_prepare_inputs`, `compute_loss`, accumulation) | [`GroupAgent`] |
 //!
 //! Not implemented: TRL's other GRPO loss types (`cispo`, `sapo`, `luspo`, `vespo`),
 //! sequence-level importance sampling (GSPO), `delta` two-sided clipping, the entropy mask and
@@ -26,6 +27,7 @@
 //! `multi_objective_aggregation="normalize_then_sum"`.
 
 mod advantages;
+mod agent;
 mod config;
 mod kl;
 mod loss;
@@ -34,7 +36,8 @@ mod mask;
 pub use advantages::{
     GroupAdvantages, RewardStats, RlooAdvantages, grpo_advantages, rloo_advantages, rloo_rewards,
 };
-pub use config::{GrpoConfig, GrpoLossType, RlooConfig, ScaleRewards};
+pub use agent::{GROUP_STATE_FORMAT, GroupAgent, GroupAgentState, GroupAlgorithm, GroupStats};
+pub use config::{GroupSizes, GrpoConfig, GrpoLossType, RlooConfig, ScaleRewards};
 pub use kl::{RlooKl, k3_kl, rloo_sequence_kl};
 pub use loss::{
     GrpoLoss, GrpoLossInputs, GrpoLossParams, GrpoLossStats, LossNormalisation, RlooLoss,
