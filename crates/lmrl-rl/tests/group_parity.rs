@@ -152,8 +152,13 @@ fn grpo_config(s: &Value) -> GrpoConfig {
     let loss_type: GrpoLossType =
         serde_json::from_value(s["loss_type"].clone()).expect("loss_type");
     assert_eq!(s["importance_sampling_level"], "token");
+    let g = s["num_generations"].as_u64().expect("G") as usize;
     GrpoConfig {
-        num_generations: s["num_generations"].as_u64().expect("G") as usize,
+        num_generations: g,
+        // The loop sizes play no part in the loss; one Adam step per prompt's group keeps the
+        // config valid.
+        mini_batch_size: g,
+        gradient_accumulation_steps: 1,
         max_completion_length: s["max_completion_length"].as_u64().expect("max") as usize,
         beta: s["beta"].as_f64().expect("beta"),
         epsilon: s["epsilon"].as_f64().expect("epsilon"),

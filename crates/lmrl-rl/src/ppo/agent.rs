@@ -38,7 +38,6 @@ use crate::ppo::state::{
     restore_param_ids, state_err, tmp_path, write_toml,
 };
 use crate::ppo::stats::{LossStatsMean, PpoStats, mean_std};
-use crate::ppo::whiten::masked_whiten;
 use crate::util::{check_finite_host, mix_seed, to_vec};
 
 /// Turns every module-owned training flag off (dropout, …), keeping autodiff on: TRL's
@@ -504,31 +503,63 @@ impl<M: CausalLm> PpoAgent<M> {
         let bs = scores.len();
         let score_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [bs]), &plain);
         let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
-        // Whitening over every token of the global batch.
+        if !self.parallel() {
+            let adv = compute_advantages(
+                rollout.values.clone(),
+                shaped.rewards.clone(),
+                &rollout.mask,
+                self.config.gamma,
+                self.config.lam,
+                self.config.whiten_rewards,
+            )?;
+            return Self::targets_from(rollout, adv, shaped.non_score_rewards);
+        }
+        // Data parallel: whitening over every token of the global batch, and GAE over the
+        // global batch's padded length. TRL's GAE runs over the padding too, and with
+        // `whiten_rewards` the whitened padding is not zero (−μ/σ + μ), so it reaches the
+        // advantages of the real tokens by an amount that depends on how many padded columns a
+        // row has: a rank pads its share to the longest response of the whole batch, as one
+        // process does, and drops the extra columns afterwards.
         let c = &*self.collective;
+        let [b, t_local] = rollout.mask.dims();
+        let t_global = all_gather_usize(c, &[t_local])?
+            .into_iter()
+            .max()
+            .unwrap_or(t_local);
+        let mask = ResponseMask::from_tensor(pad_cols(rollout.mask.tensor(), t_global))?;
         let global_whiten = |what: &str, x: Tensor<2>, m: &ResponseMask, shift: bool| {
             global_masked_whiten(c, what, x, m, shift)
         };
         let adv = compute_advantages_with(
-            rollout.values.clone(),
-            shaped.rewards.clone(),
-            &rollout.mask,
+            pad_cols(rollout.values.clone(), t_global),
+            pad_cols(shaped.rewards.clone(), t_global),
+            &mask,
             self.config.gamma,
             self.config.lam,
             self.config.whiten_rewards,
-            if self.parallel() {
-                &global_whiten
-            } else {
-                &masked_whiten
-            },
+            &global_whiten,
         )?;
+        let local = |x: Tensor<2>| x.slice([0..b, 0..t_local]);
+        let adv = crate::ppo::advantages::Advantages {
+            values: local(adv.values),
+            advantages: local(adv.advantages),
+            returns: local(adv.returns),
+        };
+        Self::targets_from(rollout, adv, shaped.non_score_rewards)
+    }
+
+    fn targets_from(
+        rollout: &Rollout,
+        adv: crate::ppo::advantages::Advantages,
+        non_score_rewards: Tensor<2>,
+    ) -> Result<Targets> {
         Ok(Targets {
             t_max: rollout.mask.dims()[1],
             old_logprobs: to_vec("logprobs", rollout.logprobs.clone())?,
             old_values: to_vec("values", adv.values.clone())?,
             advantages: to_vec("advantages", adv.advantages.clone())?,
             returns: to_vec("returns", adv.returns.clone())?,
-            non_score_rewards: shaped.non_score_rewards,
+            non_score_rewards,
         })
     }
 
