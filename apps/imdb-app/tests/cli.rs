@@ -493,12 +493,23 @@ fn metrics_diff(a: &Path, b: &Path) -> f64 {
             r.response_len,
             r.pioneer_task_reward,
             r.pioneer_kl,
+            r.repetition,
+            r.reward_std.unwrap_or(f64::NAN),
         ]
     };
     a.iter()
         .zip(&b)
         .flat_map(|(x, y)| cols(x).into_iter().zip(cols(y)))
-        .map(|(x, y)| (x - y).abs())
+        // A column missing from both rows (NaN) is equal; missing from one is not.
+        .map(|(x, y)| {
+            if x.is_nan() && y.is_nan() {
+                0.0
+            } else if x.is_nan() || y.is_nan() {
+                f64::INFINITY
+            } else {
+                (x - y).abs()
+            }
+        })
         .fold(0.0, f64::max)
 }
 
@@ -570,6 +581,29 @@ fn two_ranks_in_one_process_train_as_one() {
         // Rank 0 alone wrote the run.
         assert!(two.join("summary.json").is_file());
     }
+    // The group learners do not run data parallel: refused at start, saying so.
+    let out = s.root.join("grpo-2");
+    let mut a = train_args(&s, "grpo", out.to_str().unwrap(), "1");
+    a.extend([
+        "--grpo-num-generations",
+        "2",
+        "--grpo-prompts-per-step",
+        "2",
+        "--grpo-mini-batch-size",
+        "2",
+        "--grpo-gradient-accumulation-steps",
+        "2",
+        "--device",
+        "cpu,cpu",
+    ]);
+    let o = run(&a);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the grpo learner does not run data parallel (2 ranks asked for)"),
+        "{err}"
+    );
+    assert!(!out.join("metrics.csv").exists());
 }
 
 /// `mpirun -np 2` of imdb-app built with `--features mpi` against one process (and a resume
@@ -619,6 +653,88 @@ fn two_mpi_ranks_train_as_one() {
         &part,
         &["policy"],
         "ppo, mpirun -np 2 resumed vs 1",
+    );
+}
+
+/// A rank killed from outside (SIGKILL, as the OOM killer or a failed node would) stops the
+/// whole MPI job with an error, and the run's newest checkpoint is intact: the run resumes from
+/// it in one process.
+#[test]
+#[cfg_attr(
+    not(feature = "mpi"),
+    ignore = "needs imdb-app built with --features mpi, and mpirun (scripts/check-mpi.sh)"
+)]
+fn a_killed_mpi_rank_stops_the_job_and_the_run_resumes() {
+    let s = setup();
+    let dir = s.root.join("killed");
+    let mut a = parallel_args(&s, "ppo", dir.to_str().unwrap());
+    for (flag, value) in [("--iterations", "400"), ("--checkpoint-every", "1")] {
+        let i = a.iter().position(|x| *x == flag).unwrap();
+        a[i + 1] = value;
+    }
+    let mut job = mpirun(2)
+        .arg(BIN)
+        .args(&a)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Rank 1 is the imdb-app process whose environment says so and whose arguments name `dir`.
+    let rank1 = || -> Option<u32> {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+            (has(&cmd, dir.to_str()?.as_bytes())
+                && has(&cmd, b"imdb-app")
+                && has(&env, b"OMPI_COMM_WORLD_RANK=1\0"))
+            .then_some(pid)
+        })
+    };
+    let t0 = std::time::Instant::now();
+    while !dir.join("checkpoints/iter-000002").is_dir() {
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "no second checkpoint after 2 min"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = rank1().expect("rank 1 is running");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = job.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the job still runs 60 s after rank 1 died"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    eprintln!("{err}");
+    assert!(!status.success(), "{err}");
+    let rows = read_rows(&dir.join("metrics.csv")).unwrap();
+    let done = rows.len();
+    assert!((2..400).contains(&done), "{done} iterations logged");
+    // Resumed in one process from what the job left.
+    let more = (done + 1).to_string();
+    let o = run(&["--resume", dir.to_str().unwrap(), "--iterations", &more]);
+    assert!(o.status.success());
+    let rows = read_rows(&dir.join("metrics.csv")).unwrap();
+    assert_eq!(rows.len(), done + 1);
+    assert!(
+        dir.join(format!("checkpoints/iter-{:06}", done + 1))
+            .is_dir()
     );
 }
 

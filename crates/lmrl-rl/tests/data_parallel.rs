@@ -137,10 +137,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f64 {
 /// Largest |Δ| over every statistic of TRL's map and the per-sample KLs.
 fn stats_diff(a: &PpoStats, b: &PpoStats) -> f64 {
     let (ma, mb) = (a.to_trl_map(), b.to_trl_map());
-    assert_eq!(
-        ma.keys().collect::<Vec<_>>(),
-        mb.keys().collect::<Vec<_>>()
-    );
+    assert_eq!(ma.keys().collect::<Vec<_>>(), mb.keys().collect::<Vec<_>>());
     let mut worst = max_diff(&a.objective_kl_dist, &b.objective_kl_dist);
     for (k, x) in &ma {
         let y = mb[k];
@@ -179,13 +176,19 @@ fn ppo_over_two_and_three_ranks_steps_as_one_process() {
         for (rank, (stats, weights)) in ranks.iter().enumerate() {
             for (step, (a, b)) in one_stats.iter().zip(stats).enumerate() {
                 let d = stats_diff(a, b);
-                assert!(d <= 1e-4, "{world} ranks, rank {rank}, step {step}: stats differ by {d}");
+                assert!(
+                    d <= 1e-4,
+                    "{world} ranks, rank {rank}, step {step}: stats differ by {d}"
+                );
                 assert_eq!(a.optimizer_steps, b.optimizer_steps);
                 assert_eq!(a.objective_kl_dist.len(), 8, "every sample's KL");
                 stats_worst = stats_worst.max(d);
             }
             let w = max_diff(one_weights, weights);
-            assert!(w <= 1e-4, "{world} ranks, rank {rank}: weights differ by {w}");
+            assert!(
+                w <= 1e-4,
+                "{world} ranks, rank {rank}: weights differ by {w}"
+            );
             weights_worst = weights_worst.max(w);
             // Every rank holds exactly the same weights as rank 0 (sums in rank order).
             assert_eq!(weights, &ranks[0].1, "rank {rank} drifted from rank 0");

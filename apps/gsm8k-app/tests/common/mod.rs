@@ -206,16 +206,28 @@ pub fn assert_same_metrics(a: &Path, b: &Path, rows: usize) {
     }
 }
 
-/// The column of `seconds` of a run's `eval.csv` (the last) cut off: what two runs that
-/// computed the same share.
+/// The `seconds` column of a run's `eval.csv` cut off (found by its header): what two runs
+/// that computed the same share.
 pub fn eval_without_seconds(run: &Path) -> Vec<String> {
     let p = run.join("eval.csv");
     if !p.exists() {
         return Vec::new();
     }
-    csv_lines(&p)
-        .into_iter()
-        .map(|l| l.rsplit_once(',').map_or(l.clone(), |(a, _)| a.to_string()))
+    let lines = csv_lines(&p);
+    let col = lines
+        .first()
+        .and_then(|h| h.split(',').position(|c| c == "seconds"))
+        .expect("eval.csv has a seconds column");
+    lines
+        .iter()
+        .map(|l| {
+            l.split(',')
+                .enumerate()
+                .filter(|(i, _)| *i != col)
+                .map(|(_, f)| f)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
         .collect()
 }
 
