@@ -2,7 +2,8 @@
 //! (`burn::tensor::distributed`: a `DistributedContext` over the devices, `all_reduce` through
 //! cubecl's NCCL): the gradient sum stays on the GPUs. The small host reductions (statistics,
 //! texts) still go through the [`LocalGroup`]. burn 0.22 implements collectives for CUDA only
-//! (flex, tch and wgpu panic), so this is used only with the `cuda` backend.
+//! (flex, tch and wgpu panic), so this is used only with the `cuda` backend. It is compiled in
+//! every build (burn's `distributed` module is), so it is type-checked without CUDA.
 //!
 //! Not run in this repository's tests (no GPU): see `docs/distributed.md`.
 use std::sync::Arc;

@@ -10,7 +10,6 @@
 //! ([`train_command`]); [`select_device`] is the one place that picks the device.
 mod app;
 mod assets;
-#[cfg(feature = "cuda")]
 mod burn_collective;
 mod copies;
 mod device;

@@ -121,11 +121,12 @@ fn run_local<R: Send>(
 /// The collectives of a local group: the host path, or with the `cuda` backend burn's device
 /// all-reduce for the gradients.
 fn device_collectives(devices: &[Device], groups: &[LocalGroup]) -> Vec<Arc<dyn Collective>> {
-    #[cfg(feature = "cuda")]
-    if let Some(c) = crate::burn_collective::collectives(devices, groups) {
+    // burn 0.22 implements its collectives for the CUDA backend only (the others panic).
+    if cfg!(feature = "cuda")
+        && let Some(c) = crate::burn_collective::collectives(devices, groups)
+    {
         return c;
     }
-    let _ = devices;
     groups
         .iter()
         .map(|g| Arc::new(g.clone()) as Arc<dyn Collective>)
