@@ -110,12 +110,14 @@ impl ImdbTask {
             );
         }
         let eos = env.tokenizer.eos_token_id();
-        eprintln!(
-            "{} prompts ({} iterations per epoch of {batch}), reward {}",
-            prompts.len(),
-            prompts.len() / batch,
-            TextScorer::name(&reward)
-        );
+        if env.rank == 0 {
+            eprintln!(
+                "{} prompts ({} iterations per epoch of {batch}), reward {}",
+                prompts.len(),
+                prompts.len() / batch,
+                TextScorer::name(&reward)
+            );
+        }
         Ok(Self {
             prompts,
             reward,

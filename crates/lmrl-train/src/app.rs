@@ -49,6 +49,9 @@ pub struct TaskEnv<'a> {
     pub device: &'a Device,
     /// The padding id of the batches.
     pub pad_id: u32,
+    /// This process's or thread's data-parallel rank (0 in a run on one device): every rank
+    /// builds the task, rank 0 alone should print about it.
+    pub rank: usize,
 }
 
 /// Runs the `train` command of app `app` (its name in hints): `matches` are those of the
@@ -137,6 +140,7 @@ where
         cache: &cache,
         device: &device,
         pad_id: pad_id(&tokenizer, &model_config),
+        rank: collective.rank(),
     };
     let task = build(cfg, &env).map_err(|source| TrainError::Task {
         what: "cannot set up the task".into(),
