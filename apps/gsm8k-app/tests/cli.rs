@@ -4,8 +4,10 @@
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 
 use common::*;
+use lmrl_runs::read_rows;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -503,7 +505,11 @@ fn eval_on_any_file_never_counts_training_questions() {
     let mut text = std::fs::read_to_string(&t.data).unwrap();
     for line in std::fs::read_to_string(&t.data).unwrap().lines() {
         let mut v: Value = serde_json::from_str(line).unwrap();
-        let q = v["question"].as_str().unwrap().replace(' ', "  ").to_uppercase();
+        let q = v["question"]
+            .as_str()
+            .unwrap()
+            .replace(' ', "  ")
+            .to_uppercase();
         v["question"] = json!(q);
         text.push_str(&v.to_string());
         text.push('\n');
@@ -514,8 +520,17 @@ fn eval_on_any_file_never_counts_training_questions() {
     let test = questions("test", &dup, &t.model);
     assert_eq!(all.len(), 40);
     assert_eq!(train.len() + test.len(), 40);
-    assert_eq!(test.len(), 10, "5 problems held out, each with its duplicate");
-    let norm = |q: &str| q.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+    assert_eq!(
+        test.len(),
+        10,
+        "5 problems held out, each with its duplicate"
+    );
+    let norm = |q: &str| {
+        q.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_lowercase()
+    };
     for q in &test {
         assert!(
             train.iter().all(|x| norm(x) != norm(q)),
@@ -545,15 +560,25 @@ fn eval_on_any_file_never_counts_training_questions() {
             .arg(t.dir.path().join("cache")),
     );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("30 of the 40 questions were in the run's training split"), "{err}");
+    assert!(
+        err.contains("30 of the 40 questions were in the run's training split"),
+        "{err}"
+    );
     let row = csv_lines(&csv);
     assert!(row[0].ends_with(",excluded_training"), "{}", row[0]);
-    assert!(row[1].starts_with("eval,policy,GSM8K,all,10,"), "{}", row[1]);
+    assert!(
+        row[1].starts_with("eval,policy,GSM8K,all,10,"),
+        "{}",
+        row[1]
+    );
     assert!(row[1].ends_with(",30"), "{}", row[1]);
     let from_run = questions("all", &dup, &out);
     assert_eq!(from_run.len(), 10);
     for q in &from_run {
-        assert!(test.iter().any(|x| norm(x) == norm(q)), "{q} was trained on");
+        assert!(
+            test.iter().any(|x| norm(x) == norm(q)),
+            "{q} was trained on"
+        );
     }
 }
 
@@ -574,8 +599,17 @@ fn group_flags(algo: &str, extra: &[(&'static str, &'static str)]) -> Vec<(Strin
     v
 }
 
-fn group_cmd(t: &Tiny, algo: &str, learner: &str, out: &Path, extra: &[(String, String)]) -> Command {
-    let e: Vec<(&str, &str)> = extra.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+fn group_cmd(
+    t: &Tiny,
+    algo: &str,
+    learner: &str,
+    out: &Path,
+    extra: &[(String, String)],
+) -> Command {
+    let e: Vec<(&str, &str)> = extra
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let mut c = train_cmd(t, algo, out, &e);
     if algo == "cory" {
         c.args(["--cory-learner", learner]);
@@ -591,7 +625,10 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
         let flags = group_flags(algo, &[("--iterations", "3"), ("--grpo-beta", "0.04")]);
         let o = run_ok(&mut group_cmd(&t, algo, algo, &full, &flags));
         let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(stdout.contains("| after | policy | GSM8K | test |"), "{stdout}");
+        assert!(
+            stdout.contains("| after | policy | GSM8K | test |"),
+            "{stdout}"
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("zero-std") && err.contains(" len "), "{err}");
         let cfg = std::fs::read_to_string(full.join("config.toml")).unwrap();
@@ -601,7 +638,10 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
         assert_eq!(rows.len(), 3);
         for r in &rows {
             assert_eq!(r.agent, "policy");
-            assert!(r.frac_reward_zero_std.is_some_and(|z| (0.0..=1.0).contains(&z)));
+            assert!(
+                r.frac_reward_zero_std
+                    .is_some_and(|z| (0.0..=1.0).contains(&z))
+            );
             assert!(r.reward_std.is_some());
             assert!(r.response_len > 0.0 && r.kl.is_finite());
         }
@@ -611,7 +651,12 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
         assert_eq!(s[0]["question"], s[1]["question"]);
         assert_eq!(s[2]["question"], s[3]["question"]);
         let ck = full.join("checkpoints/iter-000003/policy");
-        for f in ["model.safetensors", "optimizer.bpk", "trainer_state.toml", "tokenizer.json"] {
+        for f in [
+            "model.safetensors",
+            "optimizer.bpk",
+            "trainer_state.toml",
+            "tokenizer.json",
+        ] {
             assert!(ck.join(f).is_file(), "{f}");
         }
         assert!(!ck.join("value_head.safetensors").exists(), "no critic");
@@ -645,7 +690,11 @@ fn cory_runs_over_grpo_and_resumes_exactly() {
     let t = tiny();
     let flags = group_flags(
         "grpo",
-        &[("--iterations", "3"), ("--swap-period", "2"), ("--eval-limit", "0")],
+        &[
+            ("--iterations", "3"),
+            ("--swap-period", "2"),
+            ("--eval-limit", "0"),
+        ],
     );
     let full = t.dir.path().join("cg-full");
     run_ok(&mut group_cmd(&t, "cory", "grpo", &full, &flags));
@@ -678,7 +727,11 @@ fn cory_runs_over_grpo_and_resumes_exactly() {
     let part = t.dir.path().join("cg-part");
     let flags = group_flags(
         "grpo",
-        &[("--iterations", "2"), ("--swap-period", "2"), ("--eval-limit", "0")],
+        &[
+            ("--iterations", "2"),
+            ("--swap-period", "2"),
+            ("--eval-limit", "0"),
+        ],
     );
     run_ok(&mut group_cmd(&t, "cory", "grpo", &part, &flags));
     run_ok(
@@ -691,8 +744,7 @@ fn cory_runs_over_grpo_and_resumes_exactly() {
     assert_same_metrics(&full, &part, 6);
     // A CORY learner setting on a run that is not CORY is refused.
     let (code, err) = run_err(
-        &mut train_cmd(&t, "ppo", &t.dir.path().join("x"), &[])
-            .args(["--cory-learner", "grpo"]),
+        train_cmd(&t, "ppo", &t.dir.path().join("x"), &[]).args(["--cory-learner", "grpo"]),
     );
     assert_eq!(code, 2);
     assert!(err.contains("cory_learner"), "{err}");

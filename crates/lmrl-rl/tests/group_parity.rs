@@ -161,6 +161,11 @@ fn grpo_config(s: &Value) -> GrpoConfig {
         scale_rewards: scale_of(&s["scale_rewards"]),
         loss_type,
         use_bias_correction_kl: s["use_bias_correction_kl"].as_bool().expect("bool"),
+        // The fixture's one group is one micro-batch and one Adam step (the loop sizes do not
+        // enter the loss; they only have to describe a whole step).
+        prompts_per_step: 1,
+        mini_batch_size: s["num_generations"].as_u64().expect("G") as usize,
+        gradient_accumulation_steps: 1,
         ..GrpoConfig::default()
     }
 }

@@ -89,6 +89,10 @@ impl<T: Task> Trainer<'_, T> {
             }
         };
         drop(base);
+        if matches!(start, Start::Resume { .. }) {
+            // A process killed between a save and its prune keeps one checkpoint too many.
+            dir.checkpoints().prune(self.run.keep_checkpoints)?;
+        }
         let total = self.run.iterations;
         if first >= total {
             eprintln!(

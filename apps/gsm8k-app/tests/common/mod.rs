@@ -206,16 +206,25 @@ pub fn assert_same_metrics(a: &Path, b: &Path, rows: usize) {
     }
 }
 
-/// The column of `seconds` of a run's `eval.csv` (the last) cut off: what two runs that
-/// computed the same share.
+/// A run's `eval.csv` without its `seconds` column: what two runs that computed the same
+/// share.
 pub fn eval_without_seconds(run: &Path) -> Vec<String> {
     let p = run.join("eval.csv");
     if !p.exists() {
         return Vec::new();
     }
-    csv_lines(&p)
-        .into_iter()
-        .map(|l| l.rsplit_once(',').map_or(l.clone(), |(a, _)| a.to_string()))
+    let lines = csv_lines(&p);
+    let col = lines[0]
+        .split(',')
+        .position(|c| c == "seconds")
+        .expect("eval.csv has a seconds column");
+    lines
+        .iter()
+        .map(|l| {
+            let mut cells: Vec<&str> = l.split(',').collect();
+            cells.remove(col);
+            cells.join(",")
+        })
         .collect()
 }
 
