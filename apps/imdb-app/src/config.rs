@@ -67,6 +67,16 @@ pub struct ImdbSettings {
     /// observer (the reference keeps it).
     #[arg(long, action = clap::ArgAction::Set)]
     pub strip_eos: bool,
+    /// Skip review rows that cannot be read (each is named with its line) instead of stopping
+    /// at the first one with an error; `false` stops there.
+    #[arg(long, action = clap::ArgAction::Set)]
+    #[serde(default = "skip_bad_rows_default")]
+    pub skip_bad_rows: bool,
+}
+
+/// Runs written before `skip_bad_rows` existed skipped bad rows.
+fn skip_bad_rows_default() -> bool {
+    true
 }
 
 impl ImdbConfig {
@@ -135,6 +145,7 @@ impl ImdbConfig {
                 response_tokens_max: 15,
                 repetition_penalty: 1.0,
                 strip_eos: false,
+                skip_bad_rows: true,
             },
         }
     }

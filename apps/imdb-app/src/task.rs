@@ -44,6 +44,26 @@ pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Bo
     })
 }
 
+/// Names each skipped row (`path:line: reason`; the first [`SHOWN_SKIPPED`]) and the count.
+fn report_skipped(skipped: &[lmrl_data::DataError], path: &std::path::Path) {
+    for e in skipped.iter().take(SHOWN_SKIPPED) {
+        eprintln!("note: skipped {e}");
+    }
+    if skipped.len() > SHOWN_SKIPPED {
+        eprintln!("note: … and {} more", skipped.len() - SHOWN_SKIPPED);
+    }
+    if !skipped.is_empty() {
+        eprintln!(
+            "note: {} unreadable rows skipped in {} (--skip-bad-rows false stops at the first)",
+            skipped.len(),
+            path.display()
+        );
+    }
+}
+
+/// Skipped rows named one by one before the count.
+const SHOWN_SKIPPED: usize = 20;
+
 /// Reads every review source and builds the prompts (the first 2–7 tokens of each review),
 /// each carrying its plain query as the reward's context.
 pub fn load_prompts(
@@ -55,15 +75,14 @@ pub fn load_prompts(
     let mut reviews: Vec<Review> = Vec::new();
     for src in &t.data {
         let path = lmrl_train::resolve_path_or_asset(cache, src)?;
-        let report = lmrl_data::read_reviews(&path, None, ReadOptions::skip_bad_rows())
+        let opts = if t.skip_bad_rows {
+            ReadOptions::skip_bad_rows()
+        } else {
+            ReadOptions::strict()
+        };
+        let report = lmrl_data::read_reviews(&path, None, opts)
             .with_context(|| format!("cannot read reviews from {}", path.display()))?;
-        if report.skipped_count() > 0 {
-            eprintln!(
-                "note: {} unreadable rows skipped in {}",
-                report.skipped_count(),
-                path.display()
-            );
-        }
+        report_skipped(&report.skipped, &path);
         reviews.extend(report.items);
     }
     let pc = PromptConfig {

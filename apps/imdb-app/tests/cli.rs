@@ -798,3 +798,34 @@ fn group_learners_alone_and_under_cory() {
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
     assert!(cfg.contains("cory_learner = \"rloo\""), "{cfg}");
 }
+
+/// A stray quote in the review CSV costs only its own row, which is named with its line; with
+/// `--skip-bad-rows false` the run stops there with an error naming the file and line.
+#[test]
+fn a_bad_review_row_is_named_and_can_stop_the_run() {
+    let s = setup();
+    let text = std::fs::read_to_string(&s.data).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    // Line 5 of the file (the 4th review): a quote opens a field and never closes on its line.
+    lines[4] = "\"the movie was great and i loved it,1".into();
+    let bad = s.root.join("bad.csv");
+    std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
+    let out = s.root.join("skip");
+    let mut args = train_args(&s, "ppo", out.to_str().unwrap(), "1");
+    let i = args.iter().position(|a| *a == "--data").unwrap();
+    args[i + 1] = bad.to_str().unwrap();
+    let o = run(&args);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.csv:5"), "{err}");
+    assert!(err.contains("1 unreadable rows skipped"), "{err}");
+    let out = s.root.join("strict");
+    let mut args = train_args(&s, "ppo", out.to_str().unwrap(), "1");
+    args[i + 1] = bad.to_str().unwrap();
+    args.extend(["--skip-bad-rows", "false"]);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.csv:5"), "{err}");
+    assert!(!out.exists(), "a run that cannot start creates no --out");
+}

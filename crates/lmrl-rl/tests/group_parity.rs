@@ -152,13 +152,8 @@ fn grpo_config(s: &Value) -> GrpoConfig {
     let loss_type: GrpoLossType =
         serde_json::from_value(s["loss_type"].clone()).expect("loss_type");
     assert_eq!(s["importance_sampling_level"], "token");
-    let g = s["num_generations"].as_u64().expect("G") as usize;
     GrpoConfig {
-        num_generations: g,
-        // The loop sizes play no part in the loss; one Adam step per prompt's group keeps the
-        // config valid.
-        mini_batch_size: g,
-        gradient_accumulation_steps: 1,
+        num_generations: s["num_generations"].as_u64().expect("G") as usize,
         max_completion_length: s["max_completion_length"].as_u64().expect("max") as usize,
         beta: s["beta"].as_f64().expect("beta"),
         epsilon: s["epsilon"].as_f64().expect("epsilon"),
@@ -166,6 +161,11 @@ fn grpo_config(s: &Value) -> GrpoConfig {
         scale_rewards: scale_of(&s["scale_rewards"]),
         loss_type,
         use_bias_correction_kl: s["use_bias_correction_kl"].as_bool().expect("bool"),
+        // The fixture's one group is one micro-batch and one Adam step (the loop sizes do not
+        // enter the loss; they only have to describe a whole step).
+        prompts_per_step: 1,
+        mini_batch_size: s["num_generations"].as_u64().expect("G") as usize,
+        gradient_accumulation_steps: 1,
         ..GrpoConfig::default()
     }
 }

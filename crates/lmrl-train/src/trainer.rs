@@ -126,6 +126,12 @@ impl<T: Task> Trainer<'_, T> {
         };
         drop(base);
         crate::parallel::join_group(&mut copies, self.collective)?;
+        if let Some(dir) = dir
+            && matches!(start, Start::Resume { .. })
+        {
+            // A process killed between a save and its prune keeps one checkpoint too many.
+            dir.checkpoints().prune(self.run.keep_checkpoints)?;
+        }
         let total = self.run.iterations;
         if first >= total {
             if let Some(out) = out_dir {

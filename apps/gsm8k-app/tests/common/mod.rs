@@ -206,27 +206,24 @@ pub fn assert_same_metrics(a: &Path, b: &Path, rows: usize) {
     }
 }
 
-/// The `seconds` column of a run's `eval.csv` cut off (found by its header): what two runs
-/// that computed the same share.
+/// A run's `eval.csv` without its `seconds` column: what two runs that computed the same
+/// share.
 pub fn eval_without_seconds(run: &Path) -> Vec<String> {
     let p = run.join("eval.csv");
     if !p.exists() {
         return Vec::new();
     }
     let lines = csv_lines(&p);
-    let col = lines
-        .first()
-        .and_then(|h| h.split(',').position(|c| c == "seconds"))
+    let col = lines[0]
+        .split(',')
+        .position(|c| c == "seconds")
         .expect("eval.csv has a seconds column");
     lines
         .iter()
         .map(|l| {
-            l.split(',')
-                .enumerate()
-                .filter(|(i, _)| *i != col)
-                .map(|(_, f)| f)
-                .collect::<Vec<_>>()
-                .join(",")
+            let mut cells: Vec<&str> = l.split(',').collect();
+            cells.remove(col);
+            cells.join(",")
         })
         .collect()
 }
