@@ -112,6 +112,7 @@ pub fn evaluate(
             eos_token_id: s.eos,
             pad_token_id: s.pad,
             seed: mix(&[s.seed, c as u64, stream::EVAL]),
+            first_row: 0,
             stop_sequences: s.stop_sequences.clone(),
         };
         let owned: Vec<Vec<u32>> = chunk.iter().map(|p| (*p).clone()).collect();

@@ -92,7 +92,7 @@ impl GsmTask {
         let test_p: Vec<_> = test_p.into_iter().take(t.eval_limit).collect();
         let (test, dropped_test) =
             setup::make_tasks(&test_p, env.tokenizer, style, max_pos, t.max_new_tokens)?;
-        if dropped + dropped_test > 0 {
+        if env.rank == 0 && dropped + dropped_test > 0 {
             eprintln!(
                 "note: {dropped} training and {dropped_test} test questions skipped: their prompts \
                  leave fewer than {room} / {} tokens of the model's {max_pos}-token context",
@@ -106,13 +106,15 @@ impl GsmTask {
                 train.len(),
             );
         }
-        eprintln!(
-            "{dataset}: {} training questions ({} iterations per epoch of {batch} prompts), {} \
-             held-out test questions evaluated",
-            train.len(),
-            train.len() / batch,
-            test.len(),
-        );
+        if env.rank == 0 {
+            eprintln!(
+                "{dataset}: {} training questions ({} iterations per epoch of {batch} prompts), \
+                 {} held-out test questions evaluated",
+                train.len(),
+                train.len() / batch,
+                test.len(),
+            );
+        }
         let stop_sequences = setup::stop_sequences(env.tokenizer, &t.stop_strings)?;
         let prompts = train
             .into_iter()
@@ -270,6 +272,7 @@ impl Task for GsmTask {
             eos_token_id: self.eos,
             pad_token_id: self.pad,
             seed,
+            first_row: 0,
             stop_sequences: self.stop_sequences.clone(),
         }
     }

@@ -55,6 +55,7 @@ pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
         eos_token_id: tok.eos_token_id(),
         pad_token_id: tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0),
         seed: args.seed,
+        first_row: 0,
         stop_sequences: Vec::new(),
     };
     let prompts = vec![ids; args.num.max(1)];

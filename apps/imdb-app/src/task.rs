@@ -129,12 +129,14 @@ impl ImdbTask {
             );
         }
         let eos = env.tokenizer.eos_token_id();
-        eprintln!(
-            "{} prompts ({} iterations per epoch of {batch}), reward {}",
-            prompts.len(),
-            prompts.len() / batch,
-            TextScorer::name(&reward)
-        );
+        if env.rank == 0 {
+            eprintln!(
+                "{} prompts ({} iterations per epoch of {batch}), reward {}",
+                prompts.len(),
+                prompts.len() / batch,
+                TextScorer::name(&reward)
+            );
+        }
         Ok(Self {
             prompts,
             reward,
@@ -183,6 +185,7 @@ impl Task for ImdbTask {
             eos_token_id: self.eos,
             pad_token_id: self.pad,
             seed,
+            first_row: 0,
             stop_sequences: Vec::new(),
         }
     }

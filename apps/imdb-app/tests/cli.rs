@@ -471,6 +471,283 @@ fn ppo_resume_is_exact() {
     );
 }
 
+// ---------------------------------------------------------------------------------------
+// Data parallel: the same global batch split over ranks gives the same run.
+
+/// Largest |a − b| over the numeric columns of two metrics logs (timings aside), checking
+/// that they hold the same rows.
+fn metrics_diff(a: &Path, b: &Path) -> f64 {
+    let (a, b) = (read_rows(a).unwrap(), read_rows(b).unwrap());
+    assert_eq!(agents(&a), agents(&b));
+    let cols = |r: &MetricRow| {
+        [
+            r.task_reward,
+            r.kl,
+            r.beta,
+            r.combined_reward,
+            r.policy_loss,
+            r.value_loss,
+            r.entropy,
+            r.approxkl,
+            r.clipfrac,
+            r.response_len,
+            r.pioneer_task_reward,
+            r.pioneer_kl,
+            r.repetition,
+            r.reward_std.unwrap_or(f64::NAN),
+        ]
+    };
+    a.iter()
+        .zip(&b)
+        .flat_map(|(x, y)| cols(x).into_iter().zip(cols(y)))
+        // A column missing from both rows (NaN) is equal; missing from one is not.
+        .map(|(x, y)| {
+            if x.is_nan() && y.is_nan() {
+                0.0
+            } else if x.is_nan() || y.is_nan() {
+                f64::INFINITY
+            } else {
+                (x - y).abs()
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Largest |a − b| over every weight of two checkpointed copies (`model.safetensors` and
+/// `value_head.safetensors`).
+fn weights_diff(a: &Path, b: &Path) -> f64 {
+    let mut worst = 0.0f64;
+    for file in ["model.safetensors", "value_head.safetensors"] {
+        let x = lmrl_models::TensorMap::from_safetensors(&a.join(file)).unwrap();
+        let y = lmrl_models::TensorMap::from_safetensors(&b.join(file)).unwrap();
+        assert_eq!(x.tensors.len(), y.tensors.len());
+        for (name, t) in &x.tensors {
+            let u = &y.tensors[name];
+            assert_eq!(t.shape, u.shape, "{name}");
+            for (p, q) in t.data.iter().zip(&u.data) {
+                worst = worst.max(f64::from((p - q).abs()));
+            }
+        }
+    }
+    worst
+}
+
+/// The metrics and weights of a run of `ranks` against the one-process run `one`, printed
+/// (the measured numbers quoted in docs/distributed.md) and checked within 1e-4.
+fn assert_same_run(one: &Path, ranks: &Path, copies: &[&str], what: &str) {
+    let m = metrics_diff(&one.join("metrics.csv"), &ranks.join("metrics.csv"));
+    let mut w = 0.0f64;
+    for c in copies {
+        let ck = |d: &Path| d.join("checkpoints/iter-000003").join(c);
+        w = w.max(weights_diff(&ck(one), &ck(ranks)));
+    }
+    eprintln!("{what}: max |Δ metrics| = {m:.3e}, max |Δ weights| = {w:.3e}");
+    assert!(m <= 1e-4, "{what}: metrics differ by {m}");
+    assert!(w <= 1e-4, "{what}: weights differ by {w}");
+    let samples = |d: &Path| std::fs::read_to_string(d.join("samples.jsonl")).unwrap();
+    assert_eq!(samples(one).lines().count(), samples(ranks).lines().count());
+}
+
+/// Tiny runs with a batch of 8 in minibatches of 4, so that each rank holds part of every
+/// minibatch, and generation chunks of 4 that line up with the ranks' shares.
+fn parallel_args<'a>(s: &'a Setup, algo: &'a str, out: &'a str) -> Vec<&'a str> {
+    let mut a = train_args(s, algo, out, "3");
+    for (flag, value) in [
+        ("--batch-size", "8"),
+        ("--mini-batch-size", "4"),
+        ("--swap-period", "2"),
+        ("--checkpoint-every", "3"),
+    ] {
+        let i = a.iter().position(|x| *x == flag).unwrap();
+        a[i + 1] = value;
+    }
+    a.extend(["--generation-batch-size", "4"]);
+    a
+}
+
+#[test]
+fn two_ranks_in_one_process_train_as_one() {
+    let s = setup();
+    for (algo, copies) in [("ppo", &["policy"][..]), ("cory", &["llm1", "llm2"][..])] {
+        let one = s.root.join(format!("{algo}-1"));
+        let two = s.root.join(format!("{algo}-2"));
+        let o = run(&parallel_args(&s, algo, one.to_str().unwrap()));
+        assert!(o.status.success());
+        let mut a = parallel_args(&s, algo, two.to_str().unwrap());
+        a.extend(["--device", "cpu,cpu"]);
+        let o = run(&a);
+        assert!(o.status.success());
+        assert_same_run(&one, &two, copies, &format!("{algo}, 2 threads vs 1"));
+        // Rank 0 alone wrote the run.
+        assert!(two.join("summary.json").is_file());
+    }
+    // The group learners do not run data parallel: refused at start, saying so.
+    let out = s.root.join("grpo-2");
+    let mut a = train_args(&s, "grpo", out.to_str().unwrap(), "1");
+    a.extend([
+        "--grpo-num-generations",
+        "2",
+        "--grpo-prompts-per-step",
+        "2",
+        "--grpo-mini-batch-size",
+        "2",
+        "--grpo-gradient-accumulation-steps",
+        "2",
+        "--device",
+        "cpu,cpu",
+    ]);
+    let o = run(&a);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the grpo learner does not run data parallel (2 ranks asked for)"),
+        "{err}"
+    );
+    assert!(!out.join("metrics.csv").exists());
+}
+
+/// `mpirun -np 2` of imdb-app built with `--features mpi` against one process (and a resume
+/// under MPI): `scripts/check-mpi.sh` runs it.
+#[test]
+#[cfg_attr(
+    not(feature = "mpi"),
+    ignore = "needs imdb-app built with --features mpi, and mpirun (scripts/check-mpi.sh)"
+)]
+fn two_mpi_ranks_train_as_one() {
+    let app = BIN;
+    let s = setup();
+    for (algo, copies) in [("ppo", &["policy"][..]), ("cory", &["llm1", "llm2"][..])] {
+        let one = s.root.join(format!("{algo}-1"));
+        let two = s.root.join(format!("{algo}-mpi"));
+        let o = Command::new(app)
+            .args(parallel_args(&s, algo, one.to_str().unwrap()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = mpirun(2)
+            .arg(app)
+            .args(parallel_args(&s, algo, two.to_str().unwrap()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_same_run(&one, &two, copies, &format!("{algo}, mpirun -np 2 vs 1"));
+    }
+
+    // Resume under MPI: 2 iterations, then 1 more, as the uninterrupted run.
+    let part = s.root.join("ppo-mpi-part");
+    let mut a = parallel_args(&s, "ppo", part.to_str().unwrap());
+    let i = a.iter().position(|x| *x == "--iterations").unwrap();
+    a[i + 1] = "2";
+    let i = a.iter().position(|x| *x == "--checkpoint-every").unwrap();
+    a[i + 1] = "1";
+    let o = mpirun(2).arg(app).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = mpirun(2)
+        .arg(app)
+        .args(["--resume", part.to_str().unwrap(), "--iterations", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_same_run(
+        &s.root.join("ppo-1"),
+        &part,
+        &["policy"],
+        "ppo, mpirun -np 2 resumed vs 1",
+    );
+}
+
+/// A rank killed from outside (SIGKILL, as the OOM killer or a failed node would) stops the
+/// whole MPI job with an error, and the run's newest checkpoint is intact: the run resumes from
+/// it in one process.
+#[test]
+#[cfg_attr(
+    not(feature = "mpi"),
+    ignore = "needs imdb-app built with --features mpi, and mpirun (scripts/check-mpi.sh)"
+)]
+fn a_killed_mpi_rank_stops_the_job_and_the_run_resumes() {
+    let s = setup();
+    let dir = s.root.join("killed");
+    let mut a = parallel_args(&s, "ppo", dir.to_str().unwrap());
+    for (flag, value) in [("--iterations", "400"), ("--checkpoint-every", "1")] {
+        let i = a.iter().position(|x| *x == flag).unwrap();
+        a[i + 1] = value;
+    }
+    let mut job = mpirun(2)
+        .arg(BIN)
+        .args(&a)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Rank 1 is the imdb-app process whose environment says so and whose arguments name `dir`.
+    let rank1 = || -> Option<u32> {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+            (has(&cmd, dir.to_str()?.as_bytes())
+                && has(&cmd, b"imdb-app")
+                && has(&env, b"OMPI_COMM_WORLD_RANK=1\0"))
+            .then_some(pid)
+        })
+    };
+    let t0 = std::time::Instant::now();
+    while !dir.join("checkpoints/iter-000002").is_dir() {
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "no second checkpoint after 2 min"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = rank1().expect("rank 1 is running");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = job.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the job still runs 60 s after rank 1 died"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    eprintln!("{err}");
+    assert!(!status.success(), "{err}");
+    let rows = read_rows(&dir.join("metrics.csv")).unwrap();
+    let done = rows.len();
+    assert!((2..400).contains(&done), "{done} iterations logged");
+    // Resumed in one process from what the job left.
+    let more = (done + 1).to_string();
+    let o = run(&["--resume", dir.to_str().unwrap(), "--iterations", &more]);
+    assert!(o.status.success());
+    let rows = read_rows(&dir.join("metrics.csv")).unwrap();
+    assert_eq!(rows.len(), done + 1);
+    assert!(
+        dir.join(format!("checkpoints/iter-{:06}", done + 1))
+            .is_dir()
+    );
+}
+
+fn mpirun(n: usize) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["-np", &n.to_string(), "--oversubscribe"])
+        // Containers: no ptrace-based single copy; CI runs as root.
+        .args(["--mca", "btl_vader_single_copy_mechanism", "none"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c
+}
+
 /// `--algo grpo` and `--algo rloo` train one critic-free policy on 2 prompts × 2 samples per
 /// iteration; `--algo cory --cory-learner rloo` runs CORY's two copies on RLOO.
 #[test]

@@ -126,6 +126,7 @@ fn bench_model(
         eos_token_id: None, // every row generates all tokens
         pad_token_id: 0,
         seed: 0,
+        first_row: 0,
         stop_sequences: Vec::new(),
     };
     let gen_secs = time_reps(args.reps, || {

@@ -267,6 +267,7 @@ fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationC
         eos_token_id: eos,
         pad_token_id: args.pad_token_id.or(eos).unwrap_or(0),
         seed: args.seed,
+        first_row: 0,
         stop_sequences: Vec::new(),
     }
 }

@@ -93,8 +93,10 @@ pub fn left_pad(
 ///
 /// Runs without gradient tracking (`model.valid()` on the device without autodiff), with the KV
 /// cache. Reproducible: the same model, prompts and `cfg` (seed included) give the same tokens;
-/// the RNG draws one uniform per row per step whether or not the row is finished, so a row's
-/// samples do not depend on when the other rows stop.
+/// each row has its own RNG, seeded from `(cfg.seed, cfg.first_row + r)`
+/// ([`crate::sampling::row_seed`]), which draws one uniform per step whether or not the row is
+/// finished, so a row's samples depend neither on when the other rows stop nor on which other
+/// prompts share its batch (up to the float rounding of a differently padded batch).
 ///
 /// The repetition penalty counts each row's real prompt tokens and its generated tokens (HF
 /// would also count the left-padding ids of shorter prompts, which makes the result depend on

@@ -13,8 +13,11 @@
 //!
 //! Greedy decoding takes the argmax of the (penalised) logits; sampling draws from
 //! `softmax(processed logits)`. All of this runs on the device for the whole batch; only the
-//! uniform numbers of the categorical draw come from a host RNG (`StdRng` seeded from
-//! [`GenerationConfig::seed`]) so that runs are reproducible on any backend.
+//! uniform numbers of the categorical draw come from host RNGs so that runs are reproducible on
+//! any backend: one `StdRng` per row, seeded from ([`GenerationConfig::seed`], the row's global
+//! index [`GenerationConfig::first_row`] + r) by [`row_seed`]. A sample's noise therefore does
+//! not depend on which batch, chunk or rank it was generated in — what makes a data-parallel
+//! run sample the same responses as a single process.
 use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Bool, Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
@@ -62,8 +65,13 @@ pub struct GenerationConfig {
     pub eos_token_id: Option<u32>,
     /// Fills the left padding of prompts and the tail of rows that stopped.
     pub pad_token_id: u32,
-    /// Seed of the host RNG that draws the categorical samples.
+    /// Seed of the host RNGs that draw the categorical samples.
     pub seed: u64,
+    /// Global index of the batch's first prompt: row r draws its uniforms from the stream
+    /// [`row_seed`]`(seed, first_row + r)`, so a prompt gets the same samples whether it is
+    /// generated alone, in a chunk of a larger batch or on another rank. 0 for a batch that
+    /// stands alone.
+    pub first_row: u64,
     /// A row also stops once its generated tokens end with one of these id sequences (kept in
     /// the output, as the EOS is): token-level stop strings, e.g. the encodings of an invented
     /// `Question:` (HF `stop_strings`, matched on ids). Empty sequences are ignored; empty: no
@@ -89,6 +97,7 @@ impl GenerationConfig {
             eos_token_id,
             pad_token_id,
             seed: 0,
+            first_row: 0,
             stop_sequences: Vec::new(),
         }
     }
@@ -218,19 +227,38 @@ pub struct Choice {
     pub logprobs: Vec<f32>,
 }
 
-/// Picks the next token of every row from processed logits, holding the seeded RNG between
-/// steps so that a whole generation is reproducible from [`GenerationConfig::seed`].
+/// The seed of the random stream of the prompt with global index `row` in a generation seeded
+/// with `seed` (SplitMix64 finaliser over both).
+pub fn row_seed(seed: u64, row: u64) -> u64 {
+    let mut h: u64 = 0x9E37_79B9_7F4A_7C15;
+    for p in [seed, row] {
+        h ^= p.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h ^= h >> 31;
+        h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// Picks the next token of every row from processed logits, holding one seeded RNG per row
+/// between steps so that a whole generation is reproducible from [`GenerationConfig::seed`]
+/// and each row's draws depend only on its global index ([`GenerationConfig::first_row`] + r).
 #[derive(Debug, Clone)]
 pub struct TokenChooser {
     sampling: Sampling,
-    rng: StdRng,
+    seed: u64,
+    first_row: u64,
+    rngs: Vec<StdRng>,
 }
 
 impl TokenChooser {
     pub fn new(cfg: &GenerationConfig) -> Self {
         Self {
             sampling: cfg.sampling,
-            rng: StdRng::seed_from_u64(cfg.seed),
+            seed: cfg.seed,
+            first_row: cfg.first_row,
+            rngs: Vec::new(),
         }
     }
 
@@ -249,7 +277,14 @@ impl TokenChooser {
                 let probs = logprobs_all.clone().exp();
                 let cdf = probs.clone().cumsum(1);
                 let total = cdf.clone().narrow(1, vocab - 1, 1); // [B, 1]
-                let uniforms: Vec<f32> = (0..batch).map(|_| self.rng.random::<f32>()).collect();
+                for r in self.rngs.len()..batch {
+                    let seed = row_seed(self.seed, self.first_row + r as u64);
+                    self.rngs.push(StdRng::seed_from_u64(seed));
+                }
+                let uniforms: Vec<f32> = self.rngs[..batch]
+                    .iter_mut()
+                    .map(|rng| rng.random::<f32>())
+                    .collect();
                 let u = Tensor::<2>::from_data(TensorData::new(uniforms, [batch, 1]), &device);
                 let target = total.mul(u);
                 let count = cdf

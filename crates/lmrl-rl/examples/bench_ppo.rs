@@ -67,6 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eos_token_id: None,
         pad_token_id: 0,
         seed: 0,
+        first_row: 0,
         stop_sequences: Vec::new(),
     };
     let mut step_s = Vec::new();

@@ -175,6 +175,7 @@ fn generation(iteration: usize) -> GenerationConfig {
         eos_token_id: None,
         pad_token_id: 0,
         seed: iteration as u64,
+        first_row: 0,
         stop_sequences: Vec::new(),
     }
 }

@@ -394,6 +394,18 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
         Ok(())
     }
 
+    /// Makes both learners ranks of the data-parallel group `collective` (see
+    /// [`Learner::set_collective`]), each with its own split of it (llm1's first), so that
+    /// their collectives never pair up even if they step concurrently. The trainer then takes
+    /// each rank's share of the batch.
+    pub fn set_collective(&mut self, collective: &dyn crate::dist::Collective) -> Result<()> {
+        for i in 0..2 {
+            let own = collective.split()?;
+            self.llm_mut(i).set_collective(own)?;
+        }
+        Ok(())
+    }
+
     /// Role of LLM `i` now.
     pub fn role_of(&self, i: usize) -> Role {
         if self.llm_in_slot[0] == i {

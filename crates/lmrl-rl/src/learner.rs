@@ -3,11 +3,13 @@
 //! group-relative GRPO and RLOO ([`GroupAgent`]).
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use lmrl_models::{CausalLm, Generation, GenerationConfig, ValueHead};
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::dist::Collective;
+use crate::error::{Result, RlError};
 use crate::group::{GroupAgent, GroupStats};
 use crate::{PpoAgent, PpoStats};
 
@@ -134,6 +136,25 @@ pub trait Learner<M: CausalLm>: Send {
     fn value_head(&self) -> Option<&ValueHead> {
         None
     }
+
+    /// Makes the learner one rank of a data-parallel group (`crate::dist`): from then on
+    /// [`Learner::step`] and [`Learner::kl_to_reference`] take this rank's contiguous share
+    /// ([`crate::dist::shard`]) of each global batch, and every statistic the algorithm
+    /// normalises over the batch, and the gradients, are reduced over the group. A learner
+    /// that cannot run data parallel refuses a group of more than one rank (the default).
+    fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
+        if collective.world() > 1 {
+            return Err(RlError::Config {
+                field: "ranks".into(),
+                reason: format!(
+                    "the {} learner does not run data parallel ({} ranks asked for)",
+                    self.algorithm(),
+                    collective.world()
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl<M: CausalLm, L: Learner<M> + ?Sized> Learner<M> for Box<L> {
@@ -181,6 +202,9 @@ impl<M: CausalLm, L: Learner<M> + ?Sized> Learner<M> for Box<L> {
     fn value_head(&self) -> Option<&ValueHead> {
         (**self).value_head()
     }
+    fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
+        (**self).set_collective(collective)
+    }
 }
 
 impl<M: CausalLm> Learner<M> for PpoAgent<M> {
@@ -226,6 +250,9 @@ impl<M: CausalLm> Learner<M> for PpoAgent<M> {
     }
     fn value_head(&self) -> Option<&ValueHead> {
         Some(&self.model().v_head)
+    }
+    fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
+        PpoAgent::set_collective(self, collective)
     }
 }
 

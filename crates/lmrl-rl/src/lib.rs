@@ -11,6 +11,7 @@
 //! in `docs/algorithms.md`; the CORY algorithm is described in `docs/cory.md`.
 
 mod cory;
+pub mod dist;
 mod error;
 pub mod group;
 mod learner;
@@ -21,6 +22,7 @@ pub use cory::{
     AgentMetrics, CORY_STATE_FILE, CORY_STATE_FORMAT, CoryConfig, CoryEnv, CoryIterationStats,
     CoryState, CoryTexts, CoryTrainer, EnvError, GenerationPurpose, Prompt, RewardMode, Role,
 };
+pub use dist::{Collective, LocalGroup, SingleProcess};
 pub use error::{Result, RlError};
 pub use group::{GroupAgent, GroupAlgorithm, GroupStats, GrpoConfig, RlooConfig};
 pub use learner::{Learner, StepStats};

@@ -80,6 +80,7 @@ fn generation(seed: u64) -> GenerationConfig {
         eos_token_id: Some(999),
         pad_token_id: 999,
         seed,
+        first_row: 0,
         stop_sequences: Vec::new(),
     }
 }

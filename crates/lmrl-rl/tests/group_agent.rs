@@ -290,15 +290,21 @@ fn sample(seed: u64, max_new_tokens: usize) -> GenerationConfig {
         eos_token_id: None,
         pad_token_id: 0,
         seed,
+        first_row: 0,
         stop_sequences: Vec::new(),
     }
 }
 
 /// End to end, each group learner must learn: with a reward that pays for response tokens below
 /// id 100 (≈10% of a near-uniform tiny model's samples), rounds of sample-and-step must raise
-/// the rewarded fraction well above where it started.
+/// the rewarded fraction well above where it started. 30 rounds: with a reward that rare, most
+/// early groups have equal rewards (no gradient), so the start of the curve rests on a few lucky
+/// samples and depends on the sampler's noise; with per-row streams the rise after 20 rounds was
+/// +0.17 (GRPO) and +0.15 (RLOO) and after 30 rounds +0.57 and +0.42 — the curve is the same
+/// steady climb, and the margin asked for is unchanged.
 #[test]
 fn grpo_and_rloo_raise_a_simple_reward() {
+    const ROUNDS: u64 = 30;
     for algo in ["grpo", "rloo"] {
         let (lm, reference, ad) = models(8);
         let g = 4;
@@ -344,14 +350,14 @@ fn grpo_and_rloo_raise_a_simple_reward() {
         let reward =
             |y: &[u32]| y.iter().filter(|&&t| t < 100).count() as f32 / y.len().max(1) as f32;
         let mut fractions = Vec::new();
-        for round in 0..20u64 {
+        for round in 0..ROUNDS {
             let y = agent.generate(&queries, &sample(round, 6)).unwrap().tokens;
             let scores: Vec<f32> = y.iter().map(|r| reward(r)).collect();
             fractions.push(scores.iter().sum::<f32>() / scores.len() as f32);
             agent.step(&queries, &y, &scores, &reference).unwrap();
         }
         let first = fractions[..3].iter().sum::<f32>() / 3.0;
-        let last = fractions[17..].iter().sum::<f32>() / 3.0;
+        let last = fractions[ROUNDS as usize - 3..].iter().sum::<f32>() / 3.0;
         assert!(
             last > first + 0.25,
             "{algo}: rewarded fraction {first:.3} → {last:.3}: {fractions:?}"

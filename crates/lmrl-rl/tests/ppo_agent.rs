@@ -240,6 +240,7 @@ fn ppo_raises_a_simple_reward() {
             eos_token_id: None,
             pad_token_id: 0,
             seed: round,
+            first_row: 0,
             stop_sequences: Vec::new(),
         };
         let y = agent.generate(&prompts, &gcfg).unwrap().tokens;

@@ -231,6 +231,7 @@ fn generation(it: usize) -> GenerationConfig {
         eos_token_id: Some(999),
         pad_token_id: 999,
         seed: 100 + it as u64,
+        first_row: 0,
         stop_sequences: Vec::new(),
     }
 }

@@ -20,8 +20,8 @@ use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 
 use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
 use crate::copies::CopySpec;
-use crate::device::select_device;
 use crate::error::{Result, TaskError, TrainError};
+use crate::parallel::{RankContext, open_run_dir, run_ranks};
 use crate::session::{RunDir, install_signal_handler};
 use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
 use crate::task::Task;
@@ -49,20 +49,24 @@ pub struct TaskEnv<'a> {
     pub device: &'a Device,
     /// The padding id of the batches.
     pub pad_id: u32,
+    /// This process's or thread's data-parallel rank (0 in a run on one device): every rank
+    /// builds the task, rank 0 alone should print about it.
+    pub rank: usize,
 }
 
 /// Runs the `train` command of app `app` (its name in hints): `matches` are those of the
 /// (sub)command that flattens `C` and [`RunArgs`]. Settings that cannot be resolved are
 /// printed and give exit code 2, as a bad flag does; a finished run gives 0, one stopped by a
-/// signal 130. `build` makes the task from the resolved settings.
+/// signal 130. `build` makes the task from the resolved settings (once per data-parallel
+/// rank, [`crate::parallel`]).
 pub fn train_command<C, T>(
     app: &str,
     matches: &ArgMatches,
     args: &RunArgs,
-    build: impl FnOnce(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+    build: impl Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError> + Sync,
 ) -> Result<ExitCode>
 where
-    C: TrainConfig,
+    C: TrainConfig + Sync,
     T: Task,
 {
     let resolved = match resolve::<C>(matches, args) {
@@ -83,12 +87,30 @@ where
 }
 
 /// Trains the resolved run `resolved` (what [`train_command`] does after resolving; a sweep
-/// calls it once per run). The caller installs the signal handler.
+/// calls it once per run) on every rank the device flag and the environment ask for
+/// ([`crate::parallel`]). The caller installs the signal handler.
 pub fn train_resolved<C, T>(
     app: &str,
     resolved: &Resolved<C>,
     args: &RunArgs,
-    build: impl FnOnce(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+    build: impl Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError> + Sync,
+) -> Result<Outcome>
+where
+    C: TrainConfig + Sync,
+    T: Task,
+{
+    run_ranks(args.device.as_deref(), |rank| {
+        train_rank(app, resolved, args, &build, rank)
+    })
+}
+
+/// One rank of [`train_resolved`].
+fn train_rank<C, T>(
+    app: &str,
+    resolved: &Resolved<C>,
+    args: &RunArgs,
+    build: &dyn Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
+    rank: RankContext,
 ) -> Result<Outcome>
 where
     C: TrainConfig,
@@ -96,9 +118,18 @@ where
 {
     let cfg = &resolved.config;
     let run = cfg.run();
-    let claim = RunDir::claim(&resolved.out, resolved.resume, (&run.algo, run.seed))?;
+    let collective = &*rank.collective;
+    // Rank 0 alone claims the run directory, before the slow part (see the module docs).
+    let claim = match collective.rank() {
+        0 => Some(RunDir::claim(
+            &resolved.out,
+            resolved.resume,
+            (&run.algo, run.seed),
+        )?),
+        _ => None,
+    };
     let cache = asset_cache(args.cache_dir.as_deref())?;
-    let device = select_device(args.device.as_deref())?;
+    let device = rank.device;
     device.seed(run.seed);
     let train_device = device.clone().autodiff();
     let model_path = resolve_path_or_asset(&cache, &run.model)?;
@@ -109,6 +140,7 @@ where
         cache: &cache,
         device: &device,
         pad_id: pad_id(&tokenizer, &model_config),
+        rank: collective.rank(),
     };
     let task = build(cfg, &env).map_err(|source| TrainError::Task {
         what: "cannot set up the task".into(),
@@ -120,8 +152,17 @@ where
             source,
         }
     })?;
-    let (dir, start) = claim.open()?;
-    write_config(dir.path(), cfg)?;
+    let (dir, start) = open_run_dir(collective, || match claim {
+        Some(claim) => claim.open(),
+        None => Err(TrainError::Rank {
+            rank: collective.rank(),
+            world: collective.world(),
+            reason: "only rank 0 opens the run directory".into(),
+        }),
+    })?;
+    if let Some(dir) = &dir {
+        write_config(dir.path(), cfg)?;
+    }
     let reference = base.valid();
     let learners = crate::copies::LearnerSettings {
         ppo: cfg.ppo(),
@@ -138,8 +179,9 @@ where
         spec: &spec,
         device: &train_device,
         app,
+        collective,
     };
-    trainer.train(&dir, start, base)
+    trainer.train_rank(dir.as_ref(), start, base)
 }
 
 /// What to say when `--resume DIR` names no run: DIR missing, or without the `config.toml` a

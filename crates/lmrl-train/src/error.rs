@@ -62,6 +62,13 @@ pub enum TrainError {
     /// The device asked for does not exist or its backend is not compiled in.
     #[error("device `{spec}`: {reason}")]
     Device { spec: String, reason: String },
+    /// A rank of a data-parallel run failed (its error, or the collective that saw it fail).
+    #[error("rank {rank} of {world} failed: {reason}")]
+    Rank {
+        rank: usize,
+        world: usize,
+        reason: String,
+    },
     /// Restoring a learner from a checkpoint failed.
     #[error("cannot restore {what} from {path}")]
     Restore {

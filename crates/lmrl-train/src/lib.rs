@@ -10,9 +10,13 @@
 //! ([`train_command`]); [`select_device`] is the one place that picks the device.
 mod app;
 mod assets;
+mod burn_collective;
 mod copies;
 mod device;
 mod error;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod parallel;
 mod session;
 mod settings;
 mod streams;
@@ -22,7 +26,7 @@ mod trainer;
 pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
 pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset};
 pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, LearnerSettings, POLICY, lora_targets};
-pub use device::{backend_name, select_device};
+pub use device::{backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError, setting};
 pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,

@@ -182,7 +182,8 @@ pub struct RunArgs {
     /// Asset cache directory (default: $LMRL_CACHE, else ~/.cache/lmrl).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
-    /// Compute device: `cpu`, `cuda:N` or `wgpu:N` (default: the backend's first device).
+    /// Compute device: `cpu`, `cuda:N` or `wgpu:N` (default: the backend's first device); a
+    /// list (`cuda:0,cuda:1`) trains data parallel, one rank per device (docs/distributed.md).
     #[arg(long)]
     pub device: Option<String>,
 }

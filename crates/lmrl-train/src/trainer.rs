@@ -4,7 +4,11 @@
 //! lines and, on schedule, a checkpoint. Every random choice of an iteration comes from a
 //! stream seeded by `(seed, iteration, purpose)`, so a resumed run continues with exactly the
 //! numbers of an uninterrupted one.
-use std::path::Path;
+//!
+//! Data parallel ([`crate::parallel`]), every rank runs this loop on its contiguous share of
+//! each batch; the learners reduce what they normalise over the batch, the responses and
+//! rewards are gathered for the metrics and sample logs, and rank 0 alone writes files.
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
@@ -12,6 +16,7 @@ use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer};
 use lmrl_rewards::Sample;
+use lmrl_rl::dist::{Collective, all_gather_json, broadcast_json, shard};
 use lmrl_rl::{
     CoryEnv, CoryIterationStats, EnvError, GenerationPurpose, Learner, Prompt, Role, StepStats,
 };
@@ -48,6 +53,9 @@ pub struct Trainer<'a, T: Task> {
     pub device: &'a Device,
     /// Names the app in the resume hint (`imdb-app`).
     pub app: &'a str,
+    /// The data-parallel group this process or thread is a rank of
+    /// ([`lmrl_rl::SingleProcess`] for a run on one device).
+    pub collective: &'a dyn Collective,
 }
 
 /// Seconds spent in each phase of one iteration.
@@ -62,15 +70,24 @@ impl<T: Task> Trainer<'_, T> {
     /// writes [`SUMMARY_FILE`]. `base` is the pretrained model on the training device: fresh
     /// copies start from it, LoRA runs rebuild their adapters on it.
     pub fn train(&self, dir: &RunDir, start: Start, base: AutoLm) -> Result<Outcome> {
-        let out = dir.path();
+        self.train_rank(Some(dir), start, base)
+    }
+
+    /// [`Trainer::train`] as one rank of a data-parallel group: rank 0 holds the run
+    /// directory (`dir`) and writes every file; the other ranks (`None`) compute their share,
+    /// read checkpoints to resume, and write nothing.
+    pub fn train_rank(&self, dir: Option<&RunDir>, start: Start, base: AutoLm) -> Result<Outcome> {
+        let out_dir = dir.map(RunDir::path);
         let (mut copies, first) = match &start {
             Start::Fresh => {
-                self.evaluate(Stage::Before, &[("base", self.reference)], out)?;
+                if let Some(out) = out_dir {
+                    self.evaluate(Stage::Before, &[("base", self.reference)], out)?;
+                }
                 let c = Copies::fresh(self.spec, &base, self.reference, self.device)?;
                 (c, 0)
             }
             Start::Resume { candidates } => {
-                let (done, c) = dir.restore(candidates, |done, ckpt| {
+                let restore = |done: usize, ckpt: &Path| -> Result<Copies> {
                     let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
                     if let Copies::Cory(t) = &c
                         && t.iterations() != done
@@ -84,47 +101,82 @@ impl<T: Task> Trainer<'_, T> {
                         });
                     }
                     Ok(c)
-                })?;
-                (c, done)
+                };
+                // Rank 0 picks the newest checkpoint that restores (moving unusable ones
+                // aside) and the other ranks restore that one.
+                let c = self.collective;
+                let (done, copies) = match dir {
+                    Some(dir) => {
+                        let (done, (copies, ckpt)) = dir.restore(candidates, |done, ckpt| {
+                            restore(done, ckpt).map(|c| (c, ckpt.to_path_buf()))
+                        })?;
+                        if c.world() > 1 {
+                            let _: (usize, PathBuf) = broadcast_json(c, 0, &(done, ckpt))?;
+                        }
+                        (done, copies)
+                    }
+                    None => {
+                        let (done, ckpt): (usize, PathBuf) =
+                            broadcast_json(c, 0, &(0, PathBuf::new()))?;
+                        (done, restore(done, &ckpt)?)
+                    }
+                };
+                (copies, done)
             }
         };
         drop(base);
-        if matches!(start, Start::Resume { .. }) {
+        crate::parallel::join_group(&mut copies, self.collective)?;
+        if let Some(dir) = dir
+            && matches!(start, Start::Resume { .. })
+        {
             // A process killed between a save and its prune keeps one checkpoint too many.
             dir.checkpoints().prune(self.run.keep_checkpoints)?;
         }
         let total = self.run.iterations;
         if first >= total {
-            eprintln!(
-                "{} already has {first} iterations (asked for {total}): nothing to do",
-                out.display()
-            );
-            self.finish(out, &copies)?;
+            if let Some(out) = out_dir {
+                eprintln!(
+                    "{} already has {first} iterations (asked for {total}): nothing to do",
+                    out.display()
+                );
+                self.finish(out, &copies)?;
+            }
             return Ok(Outcome::Finished);
         }
-        if first > 0 {
+        if let Some(out) = out_dir
+            && first > 0
+        {
             eprintln!("resuming {} at iteration {first} of {total}", out.display());
         }
         let resume_from = matches!(start, Start::Resume { .. }).then_some(first);
-        let mut metrics = MetricsLog::open(&out.join("metrics.csv"), resume_from)?;
-        let mut samples = SamplesLog::open(&out.join("samples.jsonl"), resume_from)?;
+        let mut logs = match out_dir {
+            Some(out) => Some((
+                MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
+                SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
+            )),
+            None => None,
+        };
         let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
-        if stop_requested() {
-            // A signal while the model loaded or the base model was evaluated: the work since
-            // the last checkpoint (none, or the one resumed from) is not worth an iteration.
-            let kept = match first {
-                0 => "nothing was trained".to_string(),
-                n => format!(
-                    "checkpoint {} kept",
-                    dir.checkpoints().path_for(n).display()
-                ),
-            };
-            eprintln!(
-                "stopped before iteration {}; {kept}.\nresume with: {} --resume {} --iterations {total}",
-                first + 1,
-                self.app,
-                out.display(),
-            );
+        let (rank, world) = (self.collective.rank(), self.collective.world());
+        // A signal to any rank while the model loaded or the base model was evaluated: the
+        // work since the last checkpoint (none, or the one resumed from) is not worth an
+        // iteration.
+        if crate::parallel::any_rank(self.collective, stop_requested())? {
+            if let Some(dir) = dir {
+                let kept = match first {
+                    0 => "nothing was trained".to_string(),
+                    n => format!(
+                        "checkpoint {} kept",
+                        dir.checkpoints().path_for(n).display()
+                    ),
+                };
+                eprintln!(
+                    "stopped before iteration {}; {kept}.\nresume with: {} --resume {} --iterations {total}",
+                    first + 1,
+                    self.app,
+                    dir.path().display(),
+                );
+            }
             return Ok(Outcome::Stopped);
         }
         for it in first..total {
@@ -135,11 +187,16 @@ impl<T: Task> Trainer<'_, T> {
                 .into_iter()
                 .map(|i| &self.task.prompts()[i])
                 .collect();
+            // This rank's contiguous share of the batch.
+            let mine = shard(batch.len(), rank, world);
+            let samples = logs.as_mut().map(|(_, s)| s);
             let rows = match &mut copies {
                 Copies::Single(l) => {
-                    self.single_iteration(l, &batch, it, &mut samples, &mut phases)?
+                    self.single_iteration(l, &batch, mine, it, samples, &mut phases)?
                 }
-                Copies::Cory(t) => self.cory_iteration(t, &batch, it, &mut samples, &mut phases)?,
+                Copies::Cory(t) => {
+                    self.cory_iteration(t, &batch, mine, it, samples, &mut phases)?
+                }
             };
             let secs = t0.elapsed().as_secs_f64();
             let mut line = format!("it {:>3}/{total} |", it + 1);
@@ -159,16 +216,28 @@ impl<T: Task> Trainer<'_, T> {
                     " len {:.1} kl {:.3} β {:.3} |",
                     r.response_len, r.kl, r.beta
                 ));
-                metrics.append(&r)?;
+                if let Some((metrics, _)) = logs.as_mut() {
+                    metrics.append(&r)?;
+                }
             }
-            eprintln!(
-                "{line} {secs:.1} s (generate {:.1}, score {:.2}, optimise {:.1})",
-                phases.generate,
-                phases.score,
-                (secs - phases.generate - phases.score).max(0.0)
-            );
+            if rank == 0 {
+                eprintln!(
+                    "{line} {secs:.1} s (generate {:.1}, score {:.2}, optimise {:.1})",
+                    phases.generate,
+                    phases.score,
+                    (secs - phases.generate - phases.score).max(0.0)
+                );
+            }
             let done = it + 1;
-            let stopping = stop_requested();
+            // A signal to any rank stops every rank after the same iteration.
+            let stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+            let Some(dir) = dir else {
+                if stopping {
+                    return Ok(Outcome::Stopped);
+                }
+                continue;
+            };
+            let out = dir.path();
             if checkpoint_due(done, self.run.checkpoint_every, total, stopping) {
                 self.save(&copies, dir, done)?;
             }
@@ -183,7 +252,9 @@ impl<T: Task> Trainer<'_, T> {
                 return Ok(Outcome::Stopped);
             }
         }
-        self.finish(out, &copies)?;
+        if let Some(out) = out_dir {
+            self.finish(out, &copies)?;
+        }
         Ok(Outcome::Finished)
     }
 
@@ -242,9 +313,14 @@ impl<T: Task> Trainer<'_, T> {
         Ok(())
     }
 
-    fn generation(&self, it: usize) -> GenerationConfig {
-        self.task
-            .generation(it, mix(&[self.run.seed, it as u64, stream::GEN_PIONEER]))
+    /// The sampler settings of iteration `it` for prompts from global index `first_row` on.
+    fn generation(&self, it: usize, first_row: usize) -> GenerationConfig {
+        GenerationConfig {
+            first_row: first_row as u64,
+            ..self
+                .task
+                .generation(it, mix(&[self.run.seed, it as u64, stream::GEN_PIONEER]))
+        }
     }
 
     fn decode_all(&self, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
@@ -289,28 +365,30 @@ impl<T: Task> Trainer<'_, T> {
         Ok(scores)
     }
 
-    /// One iteration of a single learner: sample, score, step.
+    /// One iteration of a single learner: sample, score, step. `mine` is this rank's share
+    /// of `batch` (all of it in one process); the responses and rewards of every rank are
+    /// gathered for the metrics and the sample log.
     fn single_iteration(
         &self,
         learner: &mut DynLearner,
         batch: &[&Prompt<T::Context>],
+        mine: std::ops::Range<usize>,
         it: usize,
-        samples: &mut SamplesLog,
+        samples: Option<&mut SamplesLog>,
         phases: &mut Phases,
     ) -> Result<Vec<MetricRow>> {
         let g = learner.samples_per_prompt();
-        let expanded: Vec<&Prompt<T::Context>> = batch
-            .iter()
-            .flat_map(|p| std::iter::repeat_n(*p, g))
-            .collect();
+        let expand = |prompts| expand(prompts, g);
+        let expanded = expand(&batch[mine.clone()]);
         let q: Vec<Vec<u32>> = expanded.iter().map(|p| p.ids.clone()).collect();
         let t0 = Instant::now();
-        let y = generate_chunked(
+        let y = generate_rows(
             learner.as_ref(),
             &q,
-            &self.generation(it),
+            &self.generation(it, mine.start * g),
             self.run.generation_batch_size,
             "generating",
+            self.collective.rank() == 0,
         )
         .map_err(|e| iteration_err(it, "generation", e))?;
         phases.generate += t0.elapsed().as_secs_f64();
@@ -319,30 +397,62 @@ impl<T: Task> Trainer<'_, T> {
         let t0 = Instant::now();
         let scores = self.rewards(&expanded, &shown, &y_text, it)?;
         phases.score += t0.elapsed().as_secs_f64();
-        if it.is_multiple_of(self.run.samples_every) {
-            self.log_samples(
-                samples, it, POLICY, "policy", &expanded, &shown, &y_text, &scores,
-            )?;
-        }
-        let bar = spinner(format!("optimising {} samples", q.len()));
+        let bar = self.spinner(format!("optimising {} samples", q.len()));
         let stats = learner.step(&q, &y, &scores, self.reference);
         bar.finish_and_clear();
         let stats = stats.map_err(|e| iteration_err(it, "the learner's step", e))?;
+        // Every rank's responses and rewards, in batch order.
+        let c = self.collective;
+        let all_text = all_gather_json(c, &y_text).map_err(|e| iteration_err(it, "gather", e))?;
+        let all_scores = all_gather_json(c, &scores).map_err(|e| iteration_err(it, "gather", e))?;
+        if let Some(samples) = samples
+            && it.is_multiple_of(self.run.samples_every)
+        {
+            let expanded = expand(batch);
+            let shown: Vec<&str> = expanded.iter().map(|p| p.text.as_str()).collect();
+            self.log_samples(
+                samples,
+                it,
+                POLICY,
+                "policy",
+                &expanded,
+                &shown,
+                &all_text,
+                &all_scores,
+            )?;
+        }
         Ok(vec![metric_row(
-            it, POLICY, "policy", &scores, &stats, None,
+            it,
+            POLICY,
+            "policy",
+            &all_scores,
+            &stats,
+            None,
         )])
     }
 
-    /// One CORY iteration through [`lmrl_rl::CoryTrainer::iteration`].
+    fn spinner(&self, what: String) -> ProgressBar {
+        if self.collective.rank() == 0 {
+            spinner(what)
+        } else {
+            ProgressBar::hidden()
+        }
+    }
+
+    /// One CORY iteration through [`lmrl_rl::CoryTrainer::iteration`] on this rank's share
+    /// `mine` of `batch`; the texts and rewards of every rank are gathered, and the observer's
+    /// plain-query means taken over the whole batch.
     fn cory_iteration(
         &self,
         trainer: &mut lmrl_rl::CoryTrainer<AutoLm, DynLearner>,
         batch: &[&Prompt<T::Context>],
+        mine: std::ops::Range<usize>,
         it: usize,
-        samples: &mut SamplesLog,
+        samples: Option<&mut SamplesLog>,
         phases: &mut Phases,
     ) -> Result<Vec<MetricRow>> {
-        let owned: Vec<Prompt<T::Context>> = batch.iter().map(|p| (*p).clone()).collect();
+        let owned: Vec<Prompt<T::Context>> =
+            batch[mine.clone()].iter().map(|p| (*p).clone()).collect();
         let mut env = LoopEnv {
             trainer: self,
             generate_secs: 0.0,
@@ -351,13 +461,24 @@ impl<T: Task> Trainer<'_, T> {
             inner: self.task.reward(),
             secs: std::sync::Mutex::new(0.0),
         };
-        let stats = trainer
-            .iteration(&owned, &self.generation(it), &mut env, &reward)
+        let g = trainer.pioneer().samples_per_prompt();
+        let mut stats = trainer
+            .iteration(
+                &owned,
+                &self.generation(it, mine.start * g),
+                &mut env,
+                &reward,
+            )
             .map_err(|e| iteration_err(it, "the CORY iteration", e))?;
         phases.generate += env.generate_secs;
         phases.score += reward.secs.lock().map_or(0.0, |s| *s);
-        if it.is_multiple_of(self.run.samples_every) {
-            self.log_cory_samples(samples, it, &owned, &stats)?;
+        crate::parallel::gather_cory_stats(self.collective, &mut stats, owned.len(), batch.len())
+            .map_err(|e| iteration_err(it, "gather", e))?;
+        if let Some(samples) = samples
+            && it.is_multiple_of(self.run.samples_every)
+        {
+            let all: Vec<Prompt<T::Context>> = batch.iter().map(|p| (*p).clone()).collect();
+            self.log_cory_samples(samples, it, &all, &stats)?;
         }
         let mut rows = cory_rows(it, &stats);
         for (row, m) in rows.iter_mut().zip(&stats.agents) {
@@ -432,6 +553,14 @@ impl<T: Task> Trainer<'_, T> {
     }
 }
 
+/// Each prompt `g` times in a row (the batch layout of `Learner::samples_per_prompt`).
+fn expand<'p, C>(prompts: &[&'p Prompt<C>], g: usize) -> Vec<&'p Prompt<C>> {
+    prompts
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(*p, g))
+        .collect()
+}
+
 fn iteration_err(it: usize, what: &'static str, e: lmrl_rl::RlError) -> TrainError {
     TrainError::Iteration {
         iteration: it,
@@ -477,12 +606,13 @@ impl<T: Task> CoryEnv<AutoLm, T::Context> for LoopEnv<'_, '_, T> {
             GenerationPurpose::QueryOnly => "observer (plain query)",
         };
         let t0 = Instant::now();
-        let out = generate_chunked(
+        let out = generate_rows(
             learner,
             prompts,
             config,
             self.trainer.run.generation_batch_size,
             what,
+            self.trainer.collective.rank() == 0,
         )?;
         self.generate_secs += t0.elapsed().as_secs_f64();
         Ok(out)
@@ -513,8 +643,10 @@ impl<C: Send + Sync> lmrl_rewards::Reward<C> for TimedReward<'_, C> {
     }
 }
 
-/// Samples responses to `prompts` in chunks of `chunk_size`; chunk `k` uses the seed
-/// `mix(base.seed, k)`, so the result depends only on the arguments (exact resume).
+/// Samples responses to `prompts` in chunks of `chunk_size`. Prompt `i` is row
+/// `base.first_row + i` of the sampler's per-row streams whatever chunk it falls in, so the
+/// result depends only on the arguments (exact resume) and not on the chunk size or on how a
+/// batch is split across data-parallel ranks.
 pub fn generate_chunked(
     learner: &dyn Learner<AutoLm>,
     prompts: &[Vec<u32>],
@@ -522,11 +654,27 @@ pub fn generate_chunked(
     chunk_size: usize,
     what: &str,
 ) -> lmrl_rl::Result<Vec<Vec<u32>>> {
-    let bar = progress_bar(prompts.len(), what.to_string());
+    generate_rows(learner, prompts, base, chunk_size, what, true)
+}
+
+fn generate_rows(
+    learner: &dyn Learner<AutoLm>,
+    prompts: &[Vec<u32>],
+    base: &GenerationConfig,
+    chunk_size: usize,
+    what: &str,
+    show: bool,
+) -> lmrl_rl::Result<Vec<Vec<u32>>> {
+    let bar = if show {
+        progress_bar(prompts.len(), what.to_string())
+    } else {
+        ProgressBar::hidden()
+    };
     let mut out = Vec::with_capacity(prompts.len());
-    for (k, chunk) in prompts.chunks(chunk_size.max(1)).enumerate() {
+    let size = chunk_size.max(1);
+    for (k, chunk) in prompts.chunks(size).enumerate() {
         let cfg = GenerationConfig {
-            seed: mix(&[base.seed, k as u64]),
+            first_row: base.first_row + (k * size) as u64,
             ..base.clone()
         };
         out.extend(learner.generate(chunk, &cfg)?.tokens);

@@ -36,6 +36,32 @@ pub fn compute_advantages(
     lam: f64,
     whiten_rewards: bool,
 ) -> Result<Advantages> {
+    compute_advantages_with(
+        values,
+        rewards,
+        mask,
+        gamma,
+        lam,
+        whiten_rewards,
+        &masked_whiten,
+    )
+}
+
+/// The whitening of [`compute_advantages`]: TRL `masked_whiten(values, mask, shift_mean)`.
+pub type Whiten<'a> = dyn Fn(&str, Tensor<2>, &ResponseMask, bool) -> Result<Tensor<2>> + 'a;
+
+/// [`compute_advantages`] with its whitening (of the advantages, and of the rewards with
+/// `whiten_rewards`) done by `whiten`: a data-parallel learner passes one whose mean and
+/// variance are taken over every rank's tokens.
+pub fn compute_advantages_with(
+    values: Tensor<2>,
+    rewards: Tensor<2>,
+    mask: &ResponseMask,
+    gamma: f64,
+    lam: f64,
+    whiten_rewards: bool,
+    whiten: &Whiten<'_>,
+) -> Result<Advantages> {
     let [b, t] = mask.dims();
     check_shape("values", &values, &[b, t])?;
     check_shape("rewards", &rewards, &[b, t])?;
@@ -45,7 +71,7 @@ pub fn compute_advantages(
     let values = values * m.clone();
     let mut rewards = rewards * m;
     if whiten_rewards {
-        rewards = masked_whiten("masked_whiten(rewards)", rewards, mask, false)?;
+        rewards = whiten("masked_whiten(rewards)", rewards, mask, false)?;
     }
     let gamma_f = gamma as f32;
     let gl = (gamma * lam) as f32;
@@ -72,7 +98,7 @@ pub fn compute_advantages(
         Tensor::cat(reversed, 1)
     };
     let returns = advantages.clone() + values.clone();
-    let advantages = masked_whiten("masked_whiten(advantages)", advantages, mask, true)?;
+    let advantages = whiten("masked_whiten(advantages)", advantages, mask, true)?;
     check_finite("advantages", &advantages)?;
     Ok(Advantages {
         values,

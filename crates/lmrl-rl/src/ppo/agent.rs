@@ -4,6 +4,7 @@
 //! be read next to TRL's method of the same name.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use burn::module::{Flag, Module, ModuleMapper, Param};
 
@@ -20,14 +21,16 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
+use crate::dist::{Collective, all_gather_f32, all_gather_usize, all_reduce_grads, shard};
 use crate::error::{Result, RlError};
-use crate::ppo::advantages::compute_advantages;
+use crate::ppo::advantages::{compute_advantages, compute_advantages_with};
 use crate::ppo::config::PpoConfig;
 use crate::ppo::grad::clip_grad_norm;
 use crate::ppo::kl::{TokenLogProbs, kl_penalty};
 use crate::ppo::kl_controller::{AdaptiveKlController, FixedKlController, KlController};
-use crate::ppo::loss::{LossInputs, ppo_loss};
+use crate::ppo::loss::{LossInputs, LossStats, PpoLoss, ppo_loss};
 use crate::ppo::mask::ResponseMask;
+use crate::ppo::parallel::{combine_loss_stats, global_masked_mean, global_masked_whiten};
 use crate::ppo::rewards::compute_rewards;
 use crate::ppo::running_moments::{RunningMoments, normalise_scores};
 use crate::ppo::state::{
@@ -35,7 +38,6 @@ use crate::ppo::state::{
     restore_param_ids, state_err, tmp_path, write_toml,
 };
 use crate::ppo::stats::{LossStatsMean, PpoStats, mean_std};
-use crate::ppo::whiten::masked_mean;
 use crate::util::{check_finite_host, mix_seed, to_vec};
 
 /// Turns every module-owned training flag off (dropout, …), keeping autodiff on: TRL's
@@ -91,6 +93,9 @@ pub struct PpoAgent<M: CausalLm> {
     device: Device,
     pad_id: u32,
     steps: usize,
+    /// The data-parallel group this learner is a rank of ([`crate::dist`]); one process by
+    /// default.
+    collective: Arc<dyn Collective>,
 }
 
 impl<M: CausalLm> std::fmt::Debug for PpoAgent<M> {
@@ -172,7 +177,49 @@ impl<M: CausalLm> PpoAgent<M> {
             device: device.clone(),
             pad_id,
             steps: 0,
+            collective: crate::dist::single_process(),
         })
+    }
+
+    /// Makes this agent one rank of a data-parallel group: [`PpoAgent::step`] then takes the
+    /// rank's contiguous share ([`crate::dist::shard`]) of the `batch_size` samples and reduces
+    /// what the step normalises over the batch, and the gradients, over the group
+    /// (`crate::ppo::parallel`), so that every rank ends the step with the weights one process
+    /// would have after stepping on the whole batch. Joining copies rank 0's weights to every
+    /// rank. Needs `batch_size ≥` the group's ranks.
+    pub fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
+        if collective.world() > self.config.batch_size {
+            return Err(RlError::Config {
+                field: "batch_size".into(),
+                reason: format!(
+                    "{} is smaller than the {} data-parallel ranks that share it",
+                    self.config.batch_size,
+                    collective.world()
+                ),
+            });
+        }
+        // Every rank starts from rank 0's weights (random value-head or LoRA inits may differ).
+        self.model = crate::dist::broadcast_module(&*collective, self.model.clone())?;
+        self.collective = collective;
+        Ok(())
+    }
+
+    /// The data-parallel group (one process unless [`PpoAgent::set_collective`] was called).
+    pub fn collective(&self) -> &dyn Collective {
+        &*self.collective
+    }
+
+    fn parallel(&self) -> bool {
+        self.collective.world() > 1
+    }
+
+    /// This rank's `[lo, hi)` of the global batch (the whole batch in one process).
+    fn local_range(&self) -> std::ops::Range<usize> {
+        shard(
+            self.config.batch_size,
+            self.collective.rank(),
+            self.collective.world(),
+        )
     }
 
     /// The policy with its value head.
@@ -386,33 +433,37 @@ impl<M: CausalLm> PpoAgent<M> {
         reference: &M,
     ) -> Result<PpoStats> {
         let bs = self.config.batch_size;
+        // Data parallel: this rank holds samples `local` of the global batch.
+        let local = self.local_range();
         for (what, n) in [
             ("queries", queries.len()),
             ("responses", responses.len()),
             ("scores", scores.len()),
         ] {
-            if n != bs {
+            if n != local.len() {
                 return Err(RlError::Shape {
                     what: what.into(),
-                    expected: vec![bs],
+                    expected: vec![local.len()],
                     got: vec![n],
                 });
             }
         }
-        check_finite_host("scores", &[bs], scores)?;
-        let raw_scores = scores.to_vec();
-        let scores = normalise_scores(
-            scores,
+        check_finite_host("scores", &[local.len()], scores)?;
+        // Score statistics are over the global batch: every rank normalises all of it.
+        let raw_scores = all_gather_f32(&*self.collective, scores)?;
+        let all_scores = normalise_scores(
+            &raw_scores,
             &mut self.running,
             self.config.use_score_scaling,
             self.config.use_score_norm,
             self.config.score_clip,
         )?;
+        let scores = &all_scores[local.clone()];
 
         // Under torch.no_grad() in TRL.
         let rollout = self.rollout(queries, responses, reference)?;
         let beta = self.kl_ctl.value();
-        let targets = self.targets(&rollout, &scores, beta)?;
+        let targets = self.targets(&rollout, scores, beta)?;
 
         let mut train = TrainStats::default();
         let mut inds: Vec<usize> = (0..bs).collect();
@@ -429,7 +480,7 @@ impl<M: CausalLm> PpoAgent<M> {
         let (stats, objective_kl) = self.record_step_stats(
             queries,
             responses,
-            (&raw_scores, &scores),
+            (&raw_scores, &all_scores),
             &rollout,
             &targets,
             beta,
@@ -452,27 +503,71 @@ impl<M: CausalLm> PpoAgent<M> {
         let bs = scores.len();
         let score_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [bs]), &plain);
         let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
-        let adv = compute_advantages(
-            rollout.values.clone(),
-            shaped.rewards.clone(),
-            &rollout.mask,
+        if !self.parallel() {
+            let adv = compute_advantages(
+                rollout.values.clone(),
+                shaped.rewards.clone(),
+                &rollout.mask,
+                self.config.gamma,
+                self.config.lam,
+                self.config.whiten_rewards,
+            )?;
+            return Self::targets_from(rollout, adv, shaped.non_score_rewards);
+        }
+        // Data parallel: whitening over every token of the global batch, and GAE over the
+        // global batch's padded length. TRL's GAE runs over the padding too, and with
+        // `whiten_rewards` the whitened padding is not zero (−μ/σ + μ), so it reaches the
+        // advantages of the real tokens by an amount that depends on how many padded columns a
+        // row has: a rank pads its share to the longest response of the whole batch, as one
+        // process does, and drops the extra columns afterwards.
+        let c = &*self.collective;
+        let [b, t_local] = rollout.mask.dims();
+        let t_global = all_gather_usize(c, &[t_local])?
+            .into_iter()
+            .max()
+            .unwrap_or(t_local);
+        let mask = ResponseMask::from_tensor(pad_cols(rollout.mask.tensor(), t_global))?;
+        let global_whiten = |what: &str, x: Tensor<2>, m: &ResponseMask, shift: bool| {
+            global_masked_whiten(c, what, x, m, shift)
+        };
+        let adv = compute_advantages_with(
+            pad_cols(rollout.values.clone(), t_global),
+            pad_cols(shaped.rewards.clone(), t_global),
+            &mask,
             self.config.gamma,
             self.config.lam,
             self.config.whiten_rewards,
+            &global_whiten,
         )?;
+        let local = |x: Tensor<2>| x.slice([0..b, 0..t_local]);
+        let adv = crate::ppo::advantages::Advantages {
+            values: local(adv.values),
+            advantages: local(adv.advantages),
+            returns: local(adv.returns),
+        };
+        Self::targets_from(rollout, adv, shaped.non_score_rewards)
+    }
+
+    fn targets_from(
+        rollout: &Rollout,
+        adv: crate::ppo::advantages::Advantages,
+        non_score_rewards: Tensor<2>,
+    ) -> Result<Targets> {
         Ok(Targets {
             t_max: rollout.mask.dims()[1],
             old_logprobs: to_vec("logprobs", rollout.logprobs.clone())?,
             old_values: to_vec("values", adv.values.clone())?,
             advantages: to_vec("advantages", adv.advantages.clone())?,
             returns: to_vec("returns", adv.returns.clone())?,
-            non_score_rewards: shaped.non_score_rewards,
+            non_score_rewards,
         })
     }
 
     /// One optimizer step on the samples `bb`: [`PpoAgent::train_minibatch`] on each minibatch
     /// of `mini_batch_size`, gradients summed (accelerate's accumulation), optional global-norm
-    /// clipping, one Adam step.
+    /// clipping, one Adam step. Data parallel, `bb` are global sample indices: each rank trains
+    /// on its own samples of every minibatch and the gradients are summed over the ranks before
+    /// the clipping.
     fn train_backward_batch(
         &mut self,
         queries: &[Vec<u32>],
@@ -482,11 +577,29 @@ impl<M: CausalLm> PpoAgent<M> {
         train: &mut TrainStats,
     ) -> Result<()> {
         let mut accum = GradientsAccumulator::<LmWithValueHead<M>>::new();
-        for mb in bb.chunks(self.config.mini_batch_size) {
-            let grads = self.train_minibatch(queries, responses, targets, mb, train)?;
-            accum.accumulate(&self.model, grads);
+        if self.parallel() {
+            // Every rank goes through the same minibatches, holding some of their samples (or
+            // none) each time.
+            let local = self.local_range();
+            for mb in bb.chunks(self.config.mini_batch_size) {
+                let mine: Vec<usize> = mb
+                    .iter()
+                    .filter(|i| local.contains(i))
+                    .map(|i| i - local.start)
+                    .collect();
+                if let Some(grads) =
+                    self.train_minibatch_shard(queries, responses, targets, &mine, train)?
+                {
+                    accum.accumulate(&self.model, grads);
+                }
+            }
+        } else {
+            for mb in bb.chunks(self.config.mini_batch_size) {
+                let grads = self.train_minibatch(queries, responses, targets, mb, train)?;
+                accum.accumulate(&self.model, grads);
+            }
         }
-        let mut grads = accum.grads();
+        let mut grads = all_reduce_grads(&*self.collective, &self.model, accum.grads())?;
         if let Some(max_norm) = self.config.max_grad_norm {
             train.grad_norm_sum += f64::from(clip_grad_norm(&self.model, &mut grads, max_norm)?);
         }
@@ -525,6 +638,11 @@ impl<M: CausalLm> PpoAgent<M> {
                 &self.device,
             )
         };
+        let mut params = self.config.loss_params();
+        if self.parallel() {
+            // Decided on the ratio mean of the whole minibatch, over every rank (below).
+            params.ratio_threshold = f64::INFINITY;
+        }
         let out = ppo_loss(
             LossInputs {
                 old_logprobs: sel(&targets.old_logprobs),
@@ -536,8 +654,9 @@ impl<M: CausalLm> PpoAgent<M> {
                 returns: sel(&targets.returns),
             },
             &mask,
-            &self.config.loss_params(),
+            &params,
         )?;
+        let out = self.reduce_minibatch(Some((out, mask.total())))?.0;
         if out.skipped {
             train.skipped += 1;
         }
@@ -549,6 +668,85 @@ impl<M: CausalLm> PpoAgent<M> {
             out.loss
         };
         Ok(GradientsParams::from_grads(loss.backward(), &self.model))
+    }
+
+    /// Data parallel [`PpoAgent::train_minibatch`] on this rank's samples `mb` (local indices)
+    /// of a global minibatch: a rank holding none of its samples still takes part in the
+    /// minibatch's reduction, and contributes no gradient.
+    fn train_minibatch_shard(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        targets: &Targets,
+        mb: &[usize],
+        train: &mut TrainStats,
+    ) -> Result<Option<GradientsParams>> {
+        if mb.is_empty() {
+            let (_, stats, skipped) = self.reduce_minibatch(None)?;
+            if skipped {
+                train.skipped += 1;
+            }
+            train.loss.push(&stats);
+            return Ok(None);
+        }
+        Ok(Some(
+            self.train_minibatch(queries, responses, targets, mb, train)?,
+        ))
+    }
+
+    /// The data-parallel side of one minibatch's loss (identity in one process): this rank's
+    /// `(loss, tokens)` (token means over its own samples, or `None` if it has none) becomes its
+    /// share of the global minibatch's loss — its token sum ÷ the minibatch's global token
+    /// count, so that the gradients summed over ranks are those of the global token mean —,
+    /// the ratio threshold is decided on the global ratio mean, and the statistics are the
+    /// global minibatch's. Returns the loss, the statistics and whether it was skipped.
+    fn reduce_minibatch(
+        &self,
+        local: Option<(PpoLoss, usize)>,
+    ) -> Result<(PpoLoss, LossStats, bool)> {
+        if !self.parallel() {
+            let (out, _) = local.expect("one process always has the minibatch's samples");
+            let (stats, skipped) = (out.stats, out.skipped);
+            return Ok((out, stats, skipped));
+        }
+        let (mut stats, n_global) = combine_loss_stats(
+            &*self.collective,
+            local.as_ref().map(|(o, n)| (&o.stats, *n)),
+        )?;
+        let p = self.config.loss_params();
+        let skipped = f64::from(stats.policy_ratio_mean) > p.ratio_threshold;
+        if skipped {
+            stats.loss_policy *= 0.0;
+            stats.loss_value *= 0.0;
+        }
+        stats.loss_total = stats.loss_policy + p.vf_coef as f32 * stats.loss_value;
+        let out = match local {
+            Some((out, n)) => {
+                let share = if skipped {
+                    0.0
+                } else {
+                    n as f32 / n_global.max(1) as f32
+                };
+                PpoLoss {
+                    loss: out.loss.mul_scalar(share),
+                    pg_loss: out.pg_loss.mul_scalar(share),
+                    vf_loss_weighted: out.vf_loss_weighted.mul_scalar(share),
+                    skipped,
+                    stats,
+                }
+            }
+            None => {
+                let zero = Tensor::<1>::zeros([1], &self.plain_device());
+                PpoLoss {
+                    loss: zero.clone(),
+                    pg_loss: zero.clone(),
+                    vf_loss_weighted: zero,
+                    skipped,
+                    stats,
+                }
+            }
+        };
+        Ok((out, stats, skipped))
     }
 
     /// TRL `record_step_stats`: the KL, entropy and reward statistics of the batch, the token
@@ -565,13 +763,16 @@ impl<M: CausalLm> PpoAgent<M> {
         beta: f64,
         train: &TrainStats,
     ) -> Result<(PpoStats, f64)> {
+        // Data parallel: `scores` are the global batch's, the rest this rank's share; every
+        // statistic is the global batch's (per-sample values gathered, sums reduced).
+        let c = &*self.collective;
         let bs = scores.len();
         let t_max = targets.t_max;
-        let kl_dist = rollout.kl_per_sample()?;
+        let kl_dist = all_gather_f32(c, &rollout.kl_per_sample()?)?;
         check_finite_host("objective/kl_dist", &[bs], &kl_dist)?;
         let objective_kl = kl_dist.iter().map(|&x| f64::from(x)).sum::<f64>() / bs as f64;
         let mask_host = rollout.mask.host();
-        let entropy_rows = (0..bs).map(|i| {
+        let entropy_rows = (0..queries.len()).map(|i| {
             (0..t_max)
                 .map(|t| {
                     let k = i * t_max + t;
@@ -579,19 +780,25 @@ impl<M: CausalLm> PpoAgent<M> {
                 })
                 .sum::<f64>()
         });
-        let objective_entropy = entropy_rows.sum::<f64>() / bs as f64;
-        let mean_nsr = crate::util::to_scalar(
+        let [entropy_sum] = crate::dist::sum_f64(c, [entropy_rows.sum::<f64>()])?;
+        let objective_entropy = entropy_sum / bs as f64;
+        let mean_nsr = global_masked_mean(
+            c,
             "ppo/mean_non_score_reward",
-            masked_mean(
-                "ppo/mean_non_score_reward",
-                targets.non_score_rewards.clone(),
-                &rollout.mask,
-            )?,
+            targets.non_score_rewards.clone(),
+            &rollout.mask,
         )?;
         let (mean_scores, std_scores) = mean_std(scores);
         let (mean_raw, _) = mean_std(raw_scores);
-        let ql: Vec<f32> = queries.iter().map(|q| q.len() as f32).collect();
-        let rl: Vec<f32> = responses.iter().map(|r| r.len() as f32).collect();
+        let lens = |xs: &[Vec<u32>]| -> Result<Vec<f32>> {
+            let mine: Vec<usize> = xs.iter().map(Vec::len).collect();
+            Ok(all_gather_usize(c, &mine)?
+                .into_iter()
+                .map(|n| n as f32)
+                .collect())
+        };
+        let ql = lens(queries)?;
+        let rl = lens(responses)?;
         let (ql_mean, ql_std) = mean_std(&ql);
         let (rl_mean, rl_std) = mean_std(&rl);
         let loss = train.loss.mean();

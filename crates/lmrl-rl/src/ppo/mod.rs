@@ -23,13 +23,14 @@ mod kl;
 mod kl_controller;
 mod loss;
 mod mask;
+pub mod parallel;
 mod rewards;
 mod running_moments;
 pub(crate) mod state;
 pub(crate) mod stats;
 mod whiten;
 
-pub use advantages::{Advantages, compute_advantages};
+pub use advantages::{Advantages, Whiten, compute_advantages, compute_advantages_with};
 pub use grad::{clip_grad_norm, global_grad_norm};
 pub use kl::{
     KlPenalty, TokenLogProbs, gather_logprobs, kl_abs, kl_full, kl_k1, kl_mse, kl_penalty,
