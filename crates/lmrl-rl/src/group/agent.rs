@@ -31,9 +31,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::module::{Flag, ModuleMapper, Param};
-use burn::optim::{
-    AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer, OptimizerRecord,
-};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use lmrl_models::{
@@ -55,8 +53,8 @@ use crate::group::loss::{
 use crate::ppo::ResponseMask;
 use crate::ppo::clip_grad_norm;
 use crate::ppo::state::{
-    AGENT_STATE_FILE, OPTIMIZER_FILE, param_ids_hex, read_toml, restore_param_ids, state_err,
-    tmp_path, write_toml,
+    AGENT_STATE_FILE, load_optimizer_record, param_ids_hex, read_toml, restore_param_ids,
+    save_optimizer, state_err, write_toml,
 };
 use crate::util::{check_finite_host, mix_seed, to_scalar, to_vec};
 
@@ -539,13 +537,7 @@ impl<M: CausalLm> GroupAgent<M> {
     /// into `dir`: with the weights, everything the next step depends on.
     pub fn save_state(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
-        let opt = dir.join(OPTIMIZER_FILE);
-        let tmp = tmp_path(&opt);
-        self.optimizer
-            .to_record()
-            .save(&tmp)
-            .map_err(|e| state_err(&tmp, format!("{e:?}")))?;
-        std::fs::rename(&tmp, &opt).map_err(|e| state_err(&opt, e))?;
+        save_optimizer(&self.optimizer, dir)?;
         write_toml(&dir.join(AGENT_STATE_FILE), &self.training_state()?)
     }
 
@@ -573,8 +565,7 @@ impl<M: CausalLm> GroupAgent<M> {
                 ),
             ));
         }
-        let opt = dir.join(OPTIMIZER_FILE);
-        let record = OptimizerRecord::load(&opt).map_err(|e| state_err(&opt, format!("{e:?}")))?;
+        let record = load_optimizer_record(dir)?;
         self.model = restore_param_ids(self.model.clone(), &state.param_ids, &file)?;
         self.optimizer = self.algorithm.adam().load_record(record);
         self.steps = state.steps;

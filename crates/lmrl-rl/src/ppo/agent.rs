@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use burn::module::{Flag, Module, ModuleMapper, Param};
 
-use burn::optim::{
-    AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer, OptimizerRecord,
-};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use lmrl_models::{
     AutoLm, CausalLm, Generation, GenerationConfig, LmWithValueHead, Pretrained,
@@ -34,8 +32,8 @@ use crate::ppo::parallel::{combine_loss_stats, global_masked_mean, global_masked
 use crate::ppo::rewards::compute_rewards;
 use crate::ppo::running_moments::{RunningMoments, normalise_scores};
 use crate::ppo::state::{
-    AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, OPTIMIZER_FILE, param_ids_hex, read_toml,
-    restore_param_ids, state_err, tmp_path, write_toml,
+    AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, load_optimizer_record, param_ids_hex,
+    read_toml, restore_param_ids, save_optimizer, state_err, write_toml,
 };
 use crate::ppo::stats::{LossStatsMean, PpoStats, mean_std};
 use crate::util::{check_finite_host, mix_seed, to_vec};
@@ -291,13 +289,7 @@ impl<M: CausalLm> PpoAgent<M> {
     /// [`LmWithValueHead::save_pretrained`]) this is everything [`PpoAgent::step`] depends on.
     pub fn save_state(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
-        let opt = dir.join(OPTIMIZER_FILE);
-        let tmp = tmp_path(&opt);
-        self.optimizer
-            .to_record()
-            .save(&tmp)
-            .map_err(|e| state_err(&tmp, format!("{e:?}")))?;
-        std::fs::rename(&tmp, &opt).map_err(|e| state_err(&opt, e))?;
+        save_optimizer(&self.optimizer, dir)?;
         write_toml(&dir.join(AGENT_STATE_FILE), &self.training_state()?)
     }
 
@@ -316,8 +308,7 @@ impl<M: CausalLm> PpoAgent<M> {
                 ),
             ));
         }
-        let opt = dir.join(OPTIMIZER_FILE);
-        let record = OptimizerRecord::load(&opt).map_err(|e| state_err(&opt, format!("{e:?}")))?;
+        let record = load_optimizer_record(dir)?;
         self.model = restore_param_ids(self.model.clone(), &state.param_ids, &file)?;
         self.optimizer = adam(&self.config).load_record(record);
         self.kl_ctl = state.kl_controller;

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +76,24 @@ pub(crate) fn write_toml<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 pub(crate) fn read_toml<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(|e| state_err(path, e))?;
     toml::from_str(&text).map_err(|e| state_err(path, e))
+}
+
+/// Writes the optimizer's record (Adam moments and step counts, burn's burnpack) to
+/// `dir/optimizer.bpk` through a temporary file.
+pub(crate) fn save_optimizer(optimizer: &ModuleOptimizer, dir: &Path) -> Result<()> {
+    let opt = dir.join(OPTIMIZER_FILE);
+    let tmp = tmp_path(&opt);
+    optimizer
+        .to_record()
+        .save(&tmp)
+        .map_err(|e| state_err(&tmp, format!("{e:?}")))?;
+    std::fs::rename(&tmp, &opt).map_err(|e| state_err(&opt, e))
+}
+
+/// Reads the record [`save_optimizer`] wrote into `dir`.
+pub(crate) fn load_optimizer_record(dir: &Path) -> Result<OptimizerRecord> {
+    let opt = dir.join(OPTIMIZER_FILE);
+    OptimizerRecord::load(&opt).map_err(|e| state_err(&opt, format!("{e:?}")))
 }
 
 pub(crate) fn tmp_path(path: &Path) -> PathBuf {
