@@ -127,7 +127,43 @@ fn read_runs(dir: &Path) -> Result<Vec<Run>> {
             dir.display()
         );
     }
+    check_like_for_like(&runs)?;
     Ok(runs)
+}
+
+/// The settings of a run without what the comparison varies (the algorithm and the seeds).
+fn compared_settings(config: &ImdbConfig) -> Result<toml::Table> {
+    let mut c = config.clone();
+    c.run.algo = Algo::Ppo;
+    c.run.seed = 0;
+    c.ppo.seed = 0;
+    c.grpo.seed = 0;
+    c.rloo.seed = 0;
+    Ok(toml::Table::try_from(&c)?)
+}
+
+/// Paired statistics are only meaningful between runs that differ in the algorithm and the
+/// seed alone; a directory that mixes, say, two β₀ (a frontier sweep) is refused.
+fn check_like_for_like(runs: &[Run]) -> Result<()> {
+    let first = compared_settings(&runs[0].config)?;
+    for r in &runs[1..] {
+        let this = compared_settings(&r.config)?;
+        for (section, table) in &first {
+            let other = this.get(section);
+            if let (toml::Value::Table(a), Some(toml::Value::Table(b))) = (table, other)
+                && let Some((key, v)) = a.iter().find(|(k, v)| b.get(*k) != Some(*v))
+            {
+                bail!(
+                    "{} and {} differ in [{section}] {key} ({v} vs {}): analyze compares runs \
+                         that differ only in the algorithm and the seed",
+                    runs[0].name,
+                    r.name,
+                    b.get(key).map_or("absent".into(), |x| x.to_string())
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the analysis reports.
@@ -423,4 +459,35 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     curves(&runs, &out)?;
     print!("{md}");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(algo: Algo, seed: u64, beta: f64) -> Run {
+        let mut config = ImdbConfig::for_algo(Algo::Cory);
+        config.run.algo = algo;
+        config.run.seed = seed;
+        config.ppo.seed = seed;
+        config.ppo.init_kl_coef = beta;
+        Run {
+            name: format!("{}-kl{beta}-seed{seed}", algo.name()),
+            config,
+            rows: Vec::new(),
+            last_samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn runs_that_differ_in_more_than_algorithm_and_seed_are_refused() {
+        let same = [run(Algo::Ppo, 0, 0.3), run(Algo::Cory, 1, 0.3)];
+        assert!(check_like_for_like(&same).is_ok());
+        let mixed = [run(Algo::Ppo, 0, 0.3), run(Algo::Ppo, 1, 1.0)];
+        let e = check_like_for_like(&mixed).unwrap_err().to_string();
+        assert!(
+            e.contains("[ppo] init_kl_coef") && e.contains("ppo-kl1-seed1"),
+            "{e}"
+        );
+    }
 }

@@ -196,7 +196,9 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Copies a finished run's `config.toml` and `metrics.csv` into `to`.
+/// Copies a finished run's `config.toml` and `metrics.csv` into `to`, and the lines of the
+/// last iteration logged in its `samples.jsonl` as `samples_last.jsonl` (the texts a results
+/// page quotes; the whole log is too large to commit).
 fn copy_small_files(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to)?;
     for f in ["config.toml", "metrics.csv"] {
@@ -208,5 +210,44 @@ fn copy_small_files(from: &Path, to: &Path) -> Result<()> {
             )
         })?;
     }
+    let samples = from.join("samples.jsonl");
+    if samples.is_file() {
+        let text = std::fs::read_to_string(&samples)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", samples.display()))?;
+        atomic_write(
+            &to.join("samples_last.jsonl"),
+            last_iteration(&text).as_bytes(),
+        )?;
+    }
     Ok(())
+}
+
+/// The lines of a `samples.jsonl` text whose `iteration` is the largest one present.
+fn last_iteration(text: &str) -> String {
+    let iteration = |l: &str| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .ok()
+            .and_then(|v| v["iteration"].as_u64())
+    };
+    let last = text.lines().filter_map(iteration).max();
+    text.lines()
+        .filter(|l| last.is_some() && iteration(l) == last)
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_last_logged_iteration_is_kept() {
+        let text = "{\"iteration\":4,\"response\":\"a\"}\n{\"iteration\":9,\"response\":\"b\"}\n\
+                    {\"iteration\":9,\"response\":\"c\"}\nnot json\n";
+        assert_eq!(
+            last_iteration(text),
+            "{\"iteration\":9,\"response\":\"b\"}\n{\"iteration\":9,\"response\":\"c\"}\n"
+        );
+        assert_eq!(last_iteration(""), "");
+    }
 }

@@ -31,9 +31,10 @@ pub struct LmOutput {
 /// [`crate::attention`] has the attention bias, head split and attention product GPT-2 and
 /// Llama use, for implementors that want them.
 ///
-/// `Module` makes the model trainable and movable between devices; the trait is implemented by
+/// `Module` makes the model trainable and movable between devices; `Sync` lets two learners read
+/// one frozen reference from two threads (CORY's concurrent updates). The trait is implemented by
 /// [`crate::Gpt2LmHeadModel`], [`crate::LlamaForCausalLm`] and the loader's [`crate::AutoLm`].
-pub trait CausalLm: Module + ModuleDisplay + 'static {
+pub trait CausalLm: Module + ModuleDisplay + Sync + 'static {
     /// Final hidden states `[B, S, H]` (after the last norm) of `input_ids` `[B, S]` at
     /// `position_ids` `[B, S]`; `attention_mask` `[B, past + S]` is 1 on real tokens.
     fn hidden_states(

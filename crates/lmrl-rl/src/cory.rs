@@ -119,6 +119,11 @@ pub struct CoryConfig {
     /// iteration.
     #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub pioneer_format_metrics: bool,
+    /// CORY: run the two copies' updates at the same time, on two threads (they are
+    /// independent once the shared reward is known; the results equal the sequential order's
+    /// exactly). Off: one after the other, with half the peak activation memory.
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
+    pub concurrent_updates: bool,
 }
 
 impl Default for CoryConfig {
@@ -128,6 +133,7 @@ impl Default for CoryConfig {
             reset_state_on_swap: false,
             reward_mode: RewardMode::Sum,
             pioneer_format_metrics: true,
+            concurrent_updates: true,
         }
     }
 }
@@ -532,8 +538,7 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
             ),
         };
 
-        let st1 = self.slots[0].step(&queries, &y1, &s1, &self.reference)?;
-        let st2 = self.slots[1].step(&m_ids, &y2, &s2, &self.reference)?;
+        let (st1, st2) = self.update_both(&queries, &y1, &s1, &m_ids, &y2, &s2)?;
 
         let pioneer = self.metrics(0, Role::Pioneer, &r1, &s1, st1, None);
         let observer = self.metrics(1, Role::Observer, &r2, &s2, st2, obs_query_only);
@@ -561,6 +566,43 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
                 pioneer_rewards: r1,
                 observer_rewards: r2,
             },
+        })
+    }
+
+    /// Both learners' steps: once R is known they depend on nothing the other changes (each has
+    /// its own weights, optimiser, statistics, RNG and collective split; the reference is only
+    /// read), so with `concurrent_updates` the observer's runs on a second thread and the
+    /// results are those of the sequential order, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn update_both(
+        &mut self,
+        q1: &[Vec<u32>],
+        y1: &[Vec<u32>],
+        s1: &[f32],
+        q2: &[Vec<u32>],
+        y2: &[Vec<u32>],
+        s2: &[f32],
+    ) -> Result<(StepStats, StepStats)> {
+        let reference = &self.reference;
+        let [pioneer, observer] = &mut self.slots;
+        if !self.config.concurrent_updates {
+            let st1 = pioneer.step(q1, y1, s1, reference)?;
+            return Ok((st1, observer.step(q2, y2, s2, reference)?));
+        }
+        std::thread::scope(|scope| {
+            let second = std::thread::Builder::new()
+                .name("cory-observer-step".into())
+                .spawn_scoped(scope, || observer.step(q2, y2, s2, reference))
+                .map_err(|e| RlError::External {
+                    component: "the observer's update thread".into(),
+                    message: format!("cannot start it: {e}"),
+                })?;
+            let st1 = pioneer.step(q1, y1, s1, reference);
+            let st2 = second.join().map_err(|_| RlError::External {
+                component: "the observer's update thread".into(),
+                message: "it panicked".into(),
+            })?;
+            Ok((st1?, st2?))
         })
     }
 
