@@ -194,7 +194,11 @@ fn agents(rows: &[MetricRow]) -> Vec<(usize, String, String)> {
 fn ppo_run_writes_every_output() {
     let s = setup();
     let out = s.root.join("ppo");
-    let o = run(&train_args(&s, "ppo", out.to_str().unwrap(), "3"));
+    // A repetition penalty below 1 favours tokens already present, so the responses repeat
+    // words and the repetition column has something to measure.
+    let mut args = train_args(&s, "ppo", out.to_str().unwrap(), "3");
+    args.extend(["--repetition-penalty", "0.05"]);
+    let o = run(&args);
     assert!(o.status.success());
     for f in [
         "config.toml",
@@ -241,6 +245,28 @@ fn ppo_run_writes_every_output() {
     assert!(!out.join("checkpoints/iter-000001").exists());
     let samples = std::fs::read_to_string(out.join("samples.jsonl")).unwrap();
     assert_eq!(samples.lines().count(), 3 * 4);
+    // The repetition column is the mean of 1 − distinct/total words over the logged responses.
+    let mut words_by_it: Vec<Vec<(usize, usize)>> = vec![Vec::new(); 3];
+    for l in samples.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let w: Vec<&str> = v["response"].as_str().unwrap().split_whitespace().collect();
+        let distinct: std::collections::BTreeSet<&str> = w.iter().copied().collect();
+        if !w.is_empty() {
+            words_by_it[v["iteration"].as_u64().unwrap() as usize].push((distinct.len(), w.len()));
+        }
+    }
+    for (r, words) in rows.iter().zip(&words_by_it) {
+        let per: Vec<f64> = words
+            .iter()
+            .map(|&(d, n)| 1.0 - d as f64 / n as f64)
+            .collect();
+        let expected = per.iter().sum::<f64>() / per.len().max(1) as f64;
+        assert!(
+            (r.repetition - expected).abs() < 1e-12,
+            "{} vs {expected}",
+            r.repetition
+        );
+    }
 
     // The trained checkpoint generates text.
     let o = run(&[

@@ -421,14 +421,9 @@ impl<T: Task> Trainer<'_, T> {
                 &all_scores,
             )?;
         }
-        Ok(vec![metric_row(
-            it,
-            POLICY,
-            "policy",
-            &all_scores,
-            &stats,
-            None,
-        )])
+        let mut row = metric_row(it, POLICY, "policy", &all_scores, &stats, None);
+        row.repetition = repetition(&all_text);
+        Ok(vec![row])
     }
 
     fn spinner(&self, what: String) -> ProgressBar {
