@@ -6,8 +6,10 @@
 //! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH] [--reps N]`
 //! Without `--model` the policy is GPT-2 small with random weights (speed does not depend on
 //! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
-//! Prints one JSON line: step seconds (median), generation seconds, a CORY iteration estimate
-//! (two agents: two generations + two steps, the observer on a 3× longer prompt), peak RSS.
+//! Prints one JSON line: step seconds (median), generation seconds, the median of whole
+//! `CoryTrainer` iterations as the apps run them (pioneer generation, the observer's prompt
+//! from IMDB's template, its generation, rewards, both updates), peak RSS. With
+//! `--compare-sequential` also CORY with its two updates one after the other.
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -15,7 +17,8 @@ use burn::tensor::Device;
 use lmrl_models::{
     AutoLm, GenerationConfig, LmWithValueHead, ModelConfig, Sampling, ValueHeadInit,
 };
-use lmrl_rl::{PpoAgent, PpoConfig};
+use lmrl_rewards::{Reward, RewardError, Sample};
+use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, EnvError, PpoAgent, PpoConfig, Prompt};
 
 const BATCH: usize = 8;
 const QUERY: usize = 16;
@@ -25,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let model = flag(&args, "--model").map(PathBuf::from);
     let reps: usize = flag(&args, "--reps").map_or(Ok(3), |s| s.parse())?;
+    let compare_sequential = args.iter().any(|a| a == "--compare-sequential");
 
     let plain = Device::flex();
     plain.seed(0);
@@ -54,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         use_score_scaling: false,
         ..PpoConfig::default()
     };
-    let mut agent = PpoAgent::new(policy, cfg, &ad)?;
+    let mut agent = PpoAgent::new(policy, cfg.clone(), &ad)?;
     let queries = ids(BATCH, QUERY, vocab, 1);
     let responses = ids(BATCH, RESPONSE, vocab, 2);
     let long_queries = ids(BATCH, 3 * QUERY + RESPONSE, vocab, 3);
@@ -92,6 +96,67 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("rep {rep}: generation {g:.2} s, step {s:.2} s, observer-shaped step {o:.2} s");
     }
     let (g, s, o) = (median(&gen_s), median(&step_s), median(&obs_step_s));
+    drop(agent);
+
+    // Two copies of the policy, as `imdb-app --algo cory` builds them.
+    let copy = |seed| -> Result<PpoAgent<AutoLm>, Box<dyn std::error::Error>> {
+        let lm = match &model {
+            Some(p) => AutoLm::from_pretrained(p, &ad)?,
+            None => AutoLm::init(&gpt2_small()?, &ad),
+        };
+        let cfg = PpoConfig {
+            seed,
+            ..cfg.clone()
+        };
+        Ok(PpoAgent::new(
+            LmWithValueHead::new(lm, ValueHeadInit::Default, &ad),
+            cfg,
+            &ad,
+        )?)
+    };
+    let prompts: Vec<Prompt<()>> = queries
+        .iter()
+        .map(|q| Prompt {
+            ids: q.clone(),
+            text: NumericEnv.text(q),
+            context: (),
+        })
+        .collect();
+    let mut cory_runs = vec![(true, Vec::new())];
+    if compare_sequential {
+        cory_runs.push((false, Vec::new()));
+    }
+    let mut observer_len = 0;
+    let cory_config = |concurrent_updates| CoryConfig {
+        concurrent_updates,
+        // As imdb-app and the reference code: no extra plain-query generation.
+        pioneer_format_metrics: false,
+        ..CoryConfig::default()
+    };
+    let mut trainer = CoryTrainer::new(copy(0)?, copy(1)?, reference, cory_config(true))?;
+    for (concurrent_updates, secs) in &mut cory_runs {
+        if !*concurrent_updates {
+            let reference = trainer.reference().clone();
+            let (l1, l2) = trainer.into_learners();
+            trainer = CoryTrainer::new(l1, l2, reference, cory_config(false))?;
+        }
+        for rep in 0..=reps {
+            let t = Instant::now();
+            let st = trainer.iteration(&prompts, &gen_cfg, &mut NumericEnv, &HighHalf(vocab))?;
+            let c = t.elapsed().as_secs_f64();
+            observer_len = st
+                .texts
+                .observer_prompts
+                .first()
+                .map_or(0, |m| NumericEnv.encode(m).map_or(0, |ids| ids.len()));
+            if rep > 0 {
+                secs.push(c);
+            }
+            eprintln!(
+                "rep {rep}: CORY iteration {c:.2} s (concurrent updates: {concurrent_updates})"
+            );
+        }
+    }
     let out = serde_json::json!({
         "model": name,
         "backend": "flex",
@@ -100,12 +165,70 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "ppo_step_secs": step_s,
         "generation_secs_median": g,
         "ppo_iteration_secs": g + s,
-        "cory_iteration_secs": 2.0 * g + s + o,
+        "cory_iteration_secs": median(&cory_runs[0].1),
+        "cory_iteration_secs_all": cory_runs[0].1,
+        "cory_sequential_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
+        "cory_observer_prompt_len": observer_len,
         "observer_step_secs_median": o,
         "peak_rss_mib": peak_rss_mib(),
     });
     println!("{out}");
     Ok(())
+}
+
+/// Text as the ids in decimal, each after a space; other words (the template's) hash to an id.
+/// With IMDB's observer template the merged prompt is 2·query + response + 7 tokens.
+struct NumericEnv;
+
+impl NumericEnv {
+    fn text(&self, ids: &[u32]) -> String {
+        ids.iter().map(|i| format!(" {i}")).collect()
+    }
+}
+
+impl CoryEnv<AutoLm, ()> for NumericEnv {
+    fn decode(&self, ids: &[u32]) -> Result<String, EnvError> {
+        Ok(self.text(ids))
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, EnvError> {
+        Ok(text
+            .split_whitespace()
+            .map(|w| {
+                w.parse::<u32>().unwrap_or_else(|_| {
+                    w.bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31) ^ u32::from(b))
+                        % 1000
+                        + 1
+                })
+            })
+            .collect())
+    }
+    fn observer_prompt(&self, p: &Prompt<()>, y: &str) -> Result<String, EnvError> {
+        Ok(lmrl_data::imdb_observer_prompt(&p.text, y))
+    }
+}
+
+/// The fraction of response ids in the upper half of the vocabulary: a reward as cheap as the
+/// apps' bag-of-words classifier.
+struct HighHalf(usize);
+
+impl Reward<()> for HighHalf {
+    fn name(&self) -> &str {
+        "high-half"
+    }
+    fn score(&self, samples: &[Sample<'_, ()>]) -> Result<Vec<f32>, RewardError> {
+        Ok(samples
+            .iter()
+            .map(|s| {
+                let ids: Vec<usize> = s
+                    .response
+                    .split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                ids.iter().filter(|&&i| i >= self.0 / 2).count() as f32 / ids.len().max(1) as f32
+            })
+            .collect())
+    }
 }
 
 fn flag(args: &[String], name: &str) -> Option<String> {

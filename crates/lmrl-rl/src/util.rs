@@ -1,8 +1,24 @@
 //! Host read-back and finiteness checks shared by the PPO and CORY code.
 
 use burn::tensor::Tensor;
+use lmrl_models::CausalLm;
 
 use crate::error::{Result, RlError};
+
+/// Checks on the host that each query followed by its response fits `model` (ids below its
+/// vocabulary, length within its context), so that no forward pass indexes out of range.
+pub fn check_fits<M: CausalLm>(
+    model: &M,
+    queries: &[Vec<u32>],
+    responses: &[Vec<u32>],
+) -> Result<()> {
+    let joined: Vec<Vec<u32>> = queries
+        .iter()
+        .zip(responses)
+        .map(|(q, y)| q.iter().chain(y).copied().collect())
+        .collect();
+    Ok(model.validate_ids(&joined, 0)?)
+}
 
 /// Reads a float tensor back to the host as `f32`, naming `what` on failure.
 pub fn to_vec<const D: usize>(what: &str, t: Tensor<D>) -> Result<Vec<f32>> {

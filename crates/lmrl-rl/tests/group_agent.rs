@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
-use lmrl_models::{AutoLm, GenerationConfig, Sampling};
+use lmrl_models::{AutoLm, GenerationConfig, ModelError, Sampling};
 use lmrl_rl::group::{GrpoLossType, ScaleRewards};
 use lmrl_rl::{
     CoryConfig, CoryTrainer, GroupAgent, GrpoConfig, Learner, RlError, RlooConfig, Role,
@@ -422,4 +422,23 @@ fn cory_runs_group_learners_with_g_samples_per_query() {
         t.save_state(dir.path()).unwrap();
         assert!(dir.path().join("llm1/trainer_state.toml").is_file());
     }
+}
+
+#[test]
+fn sequences_the_model_cannot_hold_are_refused() {
+    // gpt2-tiny holds 64 positions; one query of 62 and its 4-token answer make 66.
+    let (lm, reference, ad) = models(5);
+    let (mut q, y) = batch();
+    let mut agent = GroupAgent::grpo(lm, grpo(), &ad).unwrap();
+    q[0] = vec![1; 62];
+    let err = agent
+        .step(&q, &y, &[1.0, 0.0, 1.0, 0.0], &reference)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RlError::Model(ModelError::ContextTooLong { len: 66, max: 64 })
+        ),
+        "{err}"
+    );
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
-use lmrl_models::{AutoLm, LmWithValueHead, ValueHeadInit};
+use lmrl_models::{AutoLm, LmWithValueHead, ModelError, ValueHeadInit};
 use lmrl_models::{QueryResponseBatch, response_logprobs, response_values};
 use lmrl_rl::RlError;
 use lmrl_rl::ppo::{clip_grad_norm, global_grad_norm};
@@ -154,6 +154,32 @@ fn nan_and_shape_errors_are_typed() {
         "{err}"
     );
     assert!(PpoAgent::new(agent.model().clone(), cfg(), &Device::flex()).is_err());
+    // Sequences the model cannot hold are refused before any forward (gpt2-tiny: vocab 1000,
+    // 64 positions).
+    let mut long = q.clone();
+    long[3] = vec![1; 63];
+    let err = agent.step(&long, &y, &[0.0; 4], &reference).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RlError::Model(ModelError::ContextTooLong { len: 65, max: 64 })
+        ),
+        "{err}"
+    );
+    let mut y3 = y.clone();
+    y3[2][1] = 1000;
+    let err = agent.kl_to_reference(&q, &y3, &reference).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RlError::Model(ModelError::TokenOutOfRange {
+                id: 1000,
+                row: 2,
+                ..
+            })
+        ),
+        "{err}"
+    );
 }
 
 #[test]

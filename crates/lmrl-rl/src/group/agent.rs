@@ -582,7 +582,12 @@ impl<M: CausalLm> GroupAgent<M> {
         self.device.clone().without_autodiff()
     }
 
-    fn check_inputs(&self, queries: &[Vec<u32>], responses: &[Vec<u32>]) -> Result<()> {
+    fn check_inputs(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        reference: &M,
+    ) -> Result<()> {
         if queries.len() != responses.len() {
             return Err(RlError::Shape {
                 what: "responses".into(),
@@ -596,7 +601,8 @@ impl<M: CausalLm> GroupAgent<M> {
                 sample: i,
             });
         }
-        Ok(())
+        crate::util::check_fits(&self.model, queries, responses)?;
+        crate::util::check_fits(reference, queries, responses)
     }
 
     /// The no-grad forward of policy and reference over `queries`/`responses` in chunks of
@@ -669,7 +675,7 @@ impl<M: CausalLm> GroupAgent<M> {
         responses: &[Vec<u32>],
         reference: &M,
     ) -> Result<Vec<f32>> {
-        self.check_inputs(queries, responses)?;
+        self.check_inputs(queries, responses, reference)?;
         Ok(self.prepass(queries, responses, reference)?.kl)
     }
 
@@ -697,7 +703,7 @@ impl<M: CausalLm> GroupAgent<M> {
                 });
             }
         }
-        self.check_inputs(queries, responses)?;
+        self.check_inputs(queries, responses, reference)?;
         check_finite_host("scores", &[n], scores)?;
         let plain = self.plain_device();
         let g = sizes.num_generations;

@@ -348,6 +348,8 @@ impl<M: CausalLm> PpoAgent<M> {
                 sample: i,
             });
         }
+        crate::util::check_fits(&self.model.lm, queries, responses)?;
+        crate::util::check_fits(reference, queries, responses)?;
         let device = self.plain_device();
         let vocab = self.model.lm.vocab_size();
         let t_max = responses.iter().map(Vec::len).max().unwrap_or(0);
