@@ -2,9 +2,11 @@
 # Every run behind docs/results.md, and the analyses of them. Each sweep trains one run per
 # setting into runs/results/<sweep>/, skipping finished runs and resuming interrupted ones, so
 # rerunning this script after an interruption continues where it stopped. Each finished run's
-# config.toml and metrics.csv are copied into docs/results/data/<sweep>/<run>/ (the files the
-# repository keeps); `imdb-app analyze` then writes docs/results/<sweep>/analysis.{md,json} and
-# the mean ± std curves.
+# config.toml, metrics.csv and last logged samples are copied into
+# docs/results/data/<sweep>/<run>/ (the files the repository keeps); `imdb-app analyze` then
+# writes docs/results/<sweep>/analysis.{md,json} and the mean ± std curves, and the sweep's
+# frontier.{csv,png} is copied beside them. Runs are spread over JOBS processes (default: the
+# number of cores); each run's log is runs/results/<sweep>/<run>.log.
 #
 # The settings are the same for both algorithms except the algorithm: fixed β (the adaptive
 # controller moves β by < 0.03% per iteration at batch 16, so it is fixed and said so), running
@@ -12,7 +14,7 @@
 # bag-of-words classifier gives it weight), the same seeds (paired batches and response lengths),
 # and every copy also measured answering the plain query.
 #
-# Usage: scripts/results.sh [main|frontier|collapse|lr|bounded|all]   (default: all)
+# Usage: [JOBS=N] scripts/results.sh [main|collapse|frontier|lr|bounded|all]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p imdb-app
