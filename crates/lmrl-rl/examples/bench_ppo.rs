@@ -9,7 +9,8 @@
 //! Prints one JSON line: step seconds (median), generation seconds, the median of whole
 //! `CoryTrainer` iterations as the apps run them (pioneer generation, the observer's prompt
 //! from IMDB's template, its generation, rewards, both updates), peak RSS. With
-//! `--compare-sequential` also CORY with its two updates one after the other.
+//! `--compare-concurrent` also CORY with its two updates on two threads (the library option
+//! `CoryConfig::concurrent_updates`; the two copies here are built separately, as it needs).
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -28,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let model = flag(&args, "--model").map(PathBuf::from);
     let reps: usize = flag(&args, "--reps").map_or(Ok(3), |s| s.parse())?;
-    let compare_sequential = args.iter().any(|a| a == "--compare-sequential");
+    let compare_concurrent = args.iter().any(|a| a == "--compare-concurrent");
 
     let plain = Device::flex();
     plain.seed(0);
@@ -122,9 +123,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             context: (),
         })
         .collect();
-    let mut cory_runs = vec![(true, Vec::new())];
-    if compare_sequential {
-        cory_runs.push((false, Vec::new()));
+    let mut cory_runs = vec![(false, Vec::new())];
+    if compare_concurrent {
+        cory_runs.push((true, Vec::new()));
     }
     let mut observer_len = 0;
     let cory_config = |concurrent_updates| CoryConfig {
@@ -133,12 +134,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pioneer_format_metrics: false,
         ..CoryConfig::default()
     };
-    let mut trainer = CoryTrainer::new(copy(0)?, copy(1)?, reference, cory_config(true))?;
+    let mut trainer = CoryTrainer::new(copy(0)?, copy(1)?, reference, cory_config(false))?;
     for (concurrent_updates, secs) in &mut cory_runs {
-        if !*concurrent_updates {
+        if *concurrent_updates {
             let reference = trainer.reference().clone();
             let (l1, l2) = trainer.into_learners();
-            trainer = CoryTrainer::new(l1, l2, reference, cory_config(false))?;
+            trainer = CoryTrainer::new(l1, l2, reference, cory_config(true))?;
         }
         for rep in 0..=reps {
             let t = Instant::now();
@@ -167,7 +168,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "ppo_iteration_secs": g + s,
         "cory_iteration_secs": median(&cory_runs[0].1),
         "cory_iteration_secs_all": cory_runs[0].1,
-        "cory_sequential_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
+        "cory_concurrent_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
         "cory_observer_prompt_len": observer_len,
         "observer_step_secs_median": o,
         "peak_rss_mib": peak_rss_mib(),

@@ -119,10 +119,14 @@ pub struct CoryConfig {
     /// iteration.
     #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub pioneer_format_metrics: bool,
-    /// CORY: run the two copies' updates at the same time, on two threads (they are
-    /// independent once the shared reward is known; the results equal the sequential order's
-    /// exactly). Off: one after the other, with half the peak activation memory.
-    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
+    /// Run the two copies' updates at the same time, on two threads (they are independent once
+    /// the shared reward is known; the results equal the sequential order's exactly). Off by
+    /// default and not offered on the apps' command line: burn 0.22.1's autodiff takes its
+    /// global graph lock and a graph's own lock in opposite orders (`GraphLocator::merge` under
+    /// `register`, `GraphCleaner::init` under `backward`), so two threads whose graphs share a
+    /// node deadlock — and copies cloned from one base model share their parameters' nodes
+    /// until their first update. Only for copies that share no tensor (e.g. loaded separately).
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub concurrent_updates: bool,
 }
 
@@ -133,7 +137,7 @@ impl Default for CoryConfig {
             reset_state_on_swap: false,
             reward_mode: RewardMode::Sum,
             pioneer_format_metrics: true,
-            concurrent_updates: true,
+            concurrent_updates: false,
         }
     }
 }
@@ -572,7 +576,8 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
     /// Both learners' steps: once R is known they depend on nothing the other changes (each has
     /// its own weights, optimiser, statistics, RNG and collective split; the reference is only
     /// read), so with `concurrent_updates` the observer's runs on a second thread and the
-    /// results are those of the sequential order, bit for bit.
+    /// results are those of the sequential order, bit for bit (see that setting for when burn's
+    /// autodiff allows it).
     #[allow(clippy::too_many_arguments)]
     fn update_both(
         &mut self,
