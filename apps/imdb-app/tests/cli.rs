@@ -390,20 +390,6 @@ fn bad_settings_exit_non_zero_with_a_message() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
     assert!(!Path::new(out).join("metrics.csv").exists());
-    // A setting the command line does not offer is refused from a config file too.
-    let cfg = s.root.join("concurrent.toml");
-    std::fs::write(&cfg, "[cory]\nconcurrent_updates = true\n").unwrap();
-    let o = run(&[
-        "--algo",
-        "cory",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--out",
-        out,
-    ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("cory.concurrent_updates"), "{err}");
 }
 
 #[test]

@@ -34,6 +34,18 @@ pub enum ValueHeadInit {
     Zeros,
 }
 
+/// burn initialises a parameter lazily, from the device's RNG, when it is first read: the
+/// head's weight and bias are drawn here instead (in the order a forward pass reads them, so
+/// the values are those a sequential run's first forward would draw), so that two heads whose
+/// first forwards run on two threads (CORY's concurrent updates) do not race for the RNG.
+fn drawn_now(linear: Linear) -> Linear {
+    let _ = linear.weight.val();
+    if let Some(b) = &linear.bias {
+        let _ = b.val();
+    }
+    linear
+}
+
 /// TRL `ValueHead`: `summary` maps the hidden state `[.., H]` to one value.
 #[derive(Module, Debug)]
 pub struct ValueHead {
@@ -45,15 +57,14 @@ impl ValueHead {
     /// U(±1/√H) for weight and bias (burn's Kaiming uniform with gain 1/√3 is the same bound),
     /// as TRL leaves the head.
     pub fn new(hidden: usize, init: ValueHeadInit, device: &Device) -> Self {
-        match init {
-            ValueHeadInit::Default => Self {
-                summary: LinearConfig::new(hidden, 1).init(device),
-            },
-            ValueHeadInit::Zeros => Self {
-                summary: LinearConfig::new(hidden, 1)
-                    .with_initializer(Initializer::Zeros)
-                    .init(device),
-            },
+        let summary = match init {
+            ValueHeadInit::Default => LinearConfig::new(hidden, 1).init(device),
+            ValueHeadInit::Zeros => LinearConfig::new(hidden, 1)
+                .with_initializer(Initializer::Zeros)
+                .init(device),
+        };
+        Self {
+            summary: drawn_now(summary),
         }
     }
 
@@ -177,5 +188,35 @@ mod init_tests {
         let dflt = ValueHead::new(16, ValueHeadInit::Default, &d).forward(hidden);
         let v: Vec<f32> = dflt.into_data().try_to_vec::<f32>().unwrap();
         assert!(v.iter().any(|&x| x.abs() > 1e-3), "{v:?}");
+    }
+
+    /// The head's parameters exist once it is made, and hold what a first forward pass would
+    /// have drawn lazily from the same RNG state (so eager drawing changes no result).
+    #[test]
+    fn a_new_head_is_drawn_at_once_with_the_lazy_values() {
+        let d = Device::flex();
+        d.seed(5);
+        let head = ValueHead::new(16, ValueHeadInit::Default, &d);
+        assert!(head.summary.weight.is_initialized());
+        assert!(
+            head.summary
+                .bias
+                .as_ref()
+                .is_some_and(|b| b.is_initialized())
+        );
+        d.seed(5);
+        let lazy = LinearConfig::new(16, 1).init(&d);
+        assert!(!lazy.weight.is_initialized(), "burn's Linear is lazy");
+        let read = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(read(head.summary.weight.val()), read(lazy.weight.val()));
+        let bias = |l: &Linear| {
+            l.bias
+                .as_ref()
+                .unwrap()
+                .val()
+                .into_data()
+                .try_to_vec::<f32>()
+        };
+        assert_eq!(bias(&head.summary).unwrap(), bias(&lazy).unwrap());
     }
 }

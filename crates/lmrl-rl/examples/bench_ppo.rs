@@ -8,12 +8,13 @@
 //! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
 //! Prints one JSON line: step seconds (median), generation seconds, the median of whole
 //! `CoryTrainer` iterations as the apps run them (pioneer generation, the observer's prompt
-//! from IMDB's template, its generation, rewards, both updates), peak RSS. With
-//! `--compare-concurrent` also CORY with its two updates on two threads (the library option
-//! `CoryConfig::concurrent_updates`; the two copies here are built separately, as it needs).
+//! from IMDB's template, its generation, rewards, both updates on two threads), peak RSS. With
+//! `--compare-sequential` also CORY with its two updates one after the other
+//! (`CoryConfig::concurrent_updates = false`).
 use std::path::PathBuf;
 use std::time::Instant;
 
+use burn::module::Module;
 use burn::tensor::Device;
 use lmrl_models::{
     AutoLm, GenerationConfig, LmWithValueHead, ModelConfig, Sampling, ValueHeadInit,
@@ -29,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let model = flag(&args, "--model").map(PathBuf::from);
     let reps: usize = flag(&args, "--reps").map_or(Ok(3), |s| s.parse())?;
-    let compare_concurrent = args.iter().any(|a| a == "--compare-concurrent");
+    let compare_sequential = args.iter().any(|a| a == "--compare-sequential");
 
     let plain = Device::flex();
     plain.seed(0);
@@ -99,12 +100,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (g, s, o) = (median(&gen_s), median(&step_s), median(&obs_step_s));
     drop(agent);
 
-    // Two copies of the policy, as `imdb-app --algo cory` builds them.
+    // Two copies of the policy forked from one base, as `imdb-app --algo cory` builds them.
+    let base = match &model {
+        Some(p) => AutoLm::from_pretrained(p, &ad)?,
+        None => AutoLm::init(&gpt2_small()?, &ad),
+    };
     let copy = |seed| -> Result<PpoAgent<AutoLm>, Box<dyn std::error::Error>> {
-        let lm = match &model {
-            Some(p) => AutoLm::from_pretrained(p, &ad)?,
-            None => AutoLm::init(&gpt2_small()?, &ad),
-        };
+        let lm = base.clone().fork(&ad);
         let cfg = PpoConfig {
             seed,
             ..cfg.clone()
@@ -123,9 +125,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             context: (),
         })
         .collect();
-    let mut cory_runs = vec![(false, Vec::new())];
-    if compare_concurrent {
-        cory_runs.push((true, Vec::new()));
+    let mut cory_runs = vec![(true, Vec::new())];
+    if compare_sequential {
+        cory_runs.push((false, Vec::new()));
     }
     let mut observer_len = 0;
     let cory_config = |concurrent_updates| CoryConfig {
@@ -134,12 +136,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pioneer_format_metrics: false,
         ..CoryConfig::default()
     };
-    let mut trainer = CoryTrainer::new(copy(0)?, copy(1)?, reference, cory_config(false))?;
+    let mut trainer = CoryTrainer::new(copy(0)?, copy(1)?, reference, cory_config(true))?;
+    drop(base);
     for (concurrent_updates, secs) in &mut cory_runs {
-        if *concurrent_updates {
+        if !*concurrent_updates {
             let reference = trainer.reference().clone();
             let (l1, l2) = trainer.into_learners();
-            trainer = CoryTrainer::new(l1, l2, reference, cory_config(true))?;
+            trainer = CoryTrainer::new(l1, l2, reference, cory_config(false))?;
         }
         for rep in 0..=reps {
             let t = Instant::now();
@@ -168,7 +171,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "ppo_iteration_secs": g + s,
         "cory_iteration_secs": median(&cory_runs[0].1),
         "cory_iteration_secs_all": cory_runs[0].1,
-        "cory_concurrent_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
+        "cory_sequential_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
         "cory_observer_prompt_len": observer_len,
         "observer_step_secs_median": o,
         "peak_rss_mib": peak_rss_mib(),

@@ -120,13 +120,12 @@ pub struct CoryConfig {
     #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub pioneer_format_metrics: bool,
     /// Run the two copies' updates at the same time, on two threads (they are independent once
-    /// the shared reward is known; the results equal the sequential order's exactly). Off by
-    /// default and not offered on the apps' command line: burn 0.22.1's autodiff takes its
-    /// global graph lock and a graph's own lock in opposite orders (`GraphLocator::merge` under
-    /// `register`, `GraphCleaner::init` under `backward`), so two threads whose graphs share a
-    /// node deadlock — and copies cloned from one base model share their parameters' nodes
-    /// until their first update. Only for copies that share no tensor (e.g. loaded separately).
-    #[cfg_attr(feature = "cli", arg(skip))]
+    /// the shared reward is known; the results equal the sequential order's bit for bit). The
+    /// copies must share no autodiff node: build them separately or `Module::fork` them from one
+    /// base (burn 0.22's autodiff deadlocks when two threads' graphs meet; a plain clone shares
+    /// its parameters' nodes). With a data-parallel collective of more than one rank the updates
+    /// run one after the other.
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub concurrent_updates: bool,
 }
 
@@ -137,7 +136,7 @@ impl Default for CoryConfig {
             reset_state_on_swap: false,
             reward_mode: RewardMode::Sum,
             pioneer_format_metrics: true,
-            concurrent_updates: false,
+            concurrent_updates: true,
         }
     }
 }
@@ -409,6 +408,11 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
     /// their collectives never pair up even if they step concurrently. The trainer then takes
     /// each rank's share of the batch.
     pub fn set_collective(&mut self, collective: &dyn crate::dist::Collective) -> Result<()> {
+        if collective.world() > 1 {
+            // Two threads' collectives on one rank need an MPI that allows concurrent calls;
+            // stepping one after the other needs nothing and computes the same.
+            self.config.concurrent_updates = false;
+        }
         for i in 0..2 {
             let own = collective.split()?;
             self.llm_mut(i).set_collective(own)?;
@@ -576,8 +580,8 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
     /// Both learners' steps: once R is known they depend on nothing the other changes (each has
     /// its own weights, optimiser, statistics, RNG and collective split; the reference is only
     /// read), so with `concurrent_updates` the observer's runs on a second thread and the
-    /// results are those of the sequential order, bit for bit (see that setting for when burn's
-    /// autodiff allows it).
+    /// results are those of the sequential order, bit for bit (see that setting for what the
+    /// copies must not share).
     #[allow(clippy::too_many_arguments)]
     fn update_both(
         &mut self,

@@ -6,18 +6,32 @@ use lmrl_models::CausalLm;
 use crate::error::{Result, RlError};
 
 /// Checks on the host that each query followed by its response fits `model` (ids below its
-/// vocabulary, length within its context), so that no forward pass indexes out of range.
+/// vocabulary, length within its context) and that `pad_id`, which fills the shorter rows of a
+/// batch, is one of its tokens: once this passes, no forward pass over these rows indexes out
+/// of range, so the batches need no check of their own.
 pub fn check_fits<M: CausalLm>(
     model: &M,
     queries: &[Vec<u32>],
     responses: &[Vec<u32>],
+    pad_id: u32,
 ) -> Result<()> {
     let joined: Vec<Vec<u32>> = queries
         .iter()
         .zip(responses)
         .map(|(q, y)| q.iter().chain(y).copied().collect())
         .collect();
-    Ok(model.validate_ids(&joined, 0)?)
+    model.validate_ids(&joined, 0)?;
+    if pad_id as usize >= model.vocab_size() {
+        return Err(RlError::Config {
+            field: "pad_id".into(),
+            reason: format!(
+                "{pad_id} (the policy's end-of-sequence id, which pads batches) is outside a \
+                 vocabulary of {}",
+                model.vocab_size()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Reads a float tensor back to the host as `f32`, naming `what` on failure.

@@ -231,12 +231,40 @@ fn self_plus_other_reward_mode() {
     assert!(l2.query_only_kl.is_none());
 }
 
+/// llm1 and llm2 forked from one loaded base (as the apps make them), with PyTorch-default
+/// value heads (drawn from the device's RNG).
+fn setup_forked() -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
+    let plain = Device::flex();
+    plain.seed(11);
+    let ad = plain.clone().autodiff();
+    let base = AutoLm::from_pretrained(&fixture_dir(), &ad).expect("gpt2-tiny");
+    let agent = |lm: AutoLm| {
+        PpoAgent::new(
+            LmWithValueHead::new(lm, ValueHeadInit::Default, &ad),
+            cfg(),
+            &ad,
+        )
+        .unwrap()
+    };
+    let a1 = agent(base.clone().fork(&ad));
+    let a2 = agent(base.fork(&ad));
+    let reference = AutoLm::from_pretrained(&fixture_dir(), &plain).expect("reference");
+    (a1, a2, reference)
+}
+
 /// Three iterations (with role exchanges) with both updates on two threads and one after the
-/// other: the same statistics and the same weights, bit for bit.
+/// other, for copies loaded apart and for copies forked from one base with random value heads:
+/// the same statistics and the same weights, bit for bit (no race for the device's RNG), and no
+/// deadlock (burn's autodiff hangs when two threads' graphs share a node, as plain clones of one
+/// base do).
 #[test]
 fn concurrent_updates_equal_the_sequential_order() {
-    let run = |concurrent_updates: bool| {
-        let (a1, a2, reference) = setup_with(ValueHeadInit::Zeros);
+    let run = |concurrent_updates: bool, forked: bool| {
+        let (a1, a2, reference) = if forked {
+            setup_forked()
+        } else {
+            setup_with(ValueHeadInit::Zeros)
+        };
         let config = CoryConfig {
             swap_period: 1,
             concurrent_updates,
@@ -255,8 +283,15 @@ fn concurrent_updates_equal_the_sequential_order() {
         let (b1, b2) = t.into_learners();
         (stats, snapshot(b1.model()), snapshot(b2.model()))
     };
-    let (concurrent, sequential) = (run(true), run(false));
-    assert_eq!(concurrent.0, sequential.0);
-    assert!(concurrent.1 == sequential.1 && concurrent.2 == sequential.2);
-    assert_ne!(concurrent.1, concurrent.2, "the two copies trained apart");
+    for forked in [false, true] {
+        let sequential = run(false, forked);
+        assert_ne!(sequential.1, sequential.2, "the two copies trained apart");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(run(true, forked)));
+        let concurrent = rx
+            .recv_timeout(std::time::Duration::from_secs(300))
+            .unwrap_or_else(|_| panic!("concurrent updates (forked: {forked}) hung"));
+        assert_eq!(concurrent.0, sequential.0, "forked: {forked}");
+        assert!(concurrent.1 == sequential.1 && concurrent.2 == sequential.2);
+    }
 }

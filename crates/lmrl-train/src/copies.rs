@@ -101,10 +101,17 @@ impl CopySpec {
     }
 
     /// The policy a fresh learner starts from: `base`, with LoRA adapters when asked.
-    fn policy(&self, base: &AutoLm) -> Result<AutoLm> {
+    ///
+    /// Forked rather than cloned: a clone shares its parameters' autodiff nodes with `base` and
+    /// with every other clone, so the graphs of two copies stepping on two threads (CORY's
+    /// concurrent updates) would be one graph, which burn 0.22's autodiff deadlocks on (its
+    /// global graph lock and a graph's own lock are taken in opposite orders by `register` and
+    /// `backward`). A fork has fresh leaves holding the same values.
+    fn policy(&self, base: &AutoLm, device: &Device) -> Result<AutoLm> {
+        let own = base.clone().fork(device);
         match &self.lora {
-            None => Ok(base.clone()),
-            Some(l) => Ok(apply_lora(base.clone(), l)?),
+            None => Ok(own),
+            Some(l) => Ok(apply_lora(own, l)?),
         }
     }
 
@@ -132,7 +139,7 @@ impl CopySpec {
     /// A fresh learner on `base` (each call gives an independent copy, with its own head for
     /// PPO).
     fn fresh_learner(&self, base: &AutoLm, device: &Device) -> Result<DynLearner> {
-        self.learner(self.policy(base)?, None, device)
+        self.learner(self.policy(base, device)?, None, device)
     }
 }
 

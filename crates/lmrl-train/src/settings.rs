@@ -274,13 +274,6 @@ pub fn validate_learners(
     if run.algo == Algo::Cory && cory.swap_period == 0 {
         return Err(setting("cory.swap_period", "must be at least 1 for CORY"));
     }
-    if cory.concurrent_updates {
-        return Err(setting(
-            "cory.concurrent_updates",
-            "must be false: the two copies are cloned from one model, and burn's autodiff \
-             deadlocks when two threads' graphs share a node (docs/cory.md)",
-        ));
-    }
     Ok(())
 }
 

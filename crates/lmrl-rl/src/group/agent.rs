@@ -601,8 +601,8 @@ impl<M: CausalLm> GroupAgent<M> {
                 sample: i,
             });
         }
-        crate::util::check_fits(&self.model, queries, responses)?;
-        crate::util::check_fits(reference, queries, responses)
+        crate::util::check_fits(&self.model, queries, responses, self.pad_id)?;
+        crate::util::check_fits(reference, queries, responses, self.pad_id)
     }
 
     /// The no-grad forward of policy and reference over `queries`/`responses` in chunks of
@@ -635,7 +635,6 @@ impl<M: CausalLm> GroupAgent<M> {
                 self.pad_id,
                 &plain,
             )?;
-            batch.check_vocab(self.model.vocab_size())?;
             let (b, t) = (end - start, batch.max_response_len());
             let mask = batch.response_mask(&plain);
             let (logits, ids) = response_logits(&policy, &batch, &plain);
@@ -854,7 +853,6 @@ impl<M: CausalLm> GroupAgent<M> {
         let q: Vec<Vec<u32>> = mb.iter().map(|&i| ctx.queries[i].clone()).collect();
         let y: Vec<Vec<u32>> = mb.iter().map(|&i| ctx.responses[i].clone()).collect();
         let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
-        batch.check_vocab(self.model.vocab_size())?;
         let (b, t) = (mb.len(), batch.max_response_len());
         let rows: Vec<Vec<f32>> = mb.iter().map(|&i| ctx.loss_rows[i][..t].to_vec()).collect();
         let mask = ResponseMask::from_host(rows.concat(), b, t, &self.device)?;

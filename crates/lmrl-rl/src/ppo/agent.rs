@@ -348,10 +348,9 @@ impl<M: CausalLm> PpoAgent<M> {
                 sample: i,
             });
         }
-        crate::util::check_fits(&self.model.lm, queries, responses)?;
-        crate::util::check_fits(reference, queries, responses)?;
+        crate::util::check_fits(&self.model.lm, queries, responses, self.pad_id)?;
+        crate::util::check_fits(reference, queries, responses, self.pad_id)?;
         let device = self.plain_device();
-        let vocab = self.model.lm.vocab_size();
         let t_max = responses.iter().map(Vec::len).max().unwrap_or(0);
         let fbs = self.config.forward_batch_size();
         let needs_full = self.config.kl_penalty.needs_full_distribution();
@@ -364,7 +363,6 @@ impl<M: CausalLm> PpoAgent<M> {
                 self.pad_id,
                 &device,
             )?;
-            batch.check_vocab(vocab)?;
             let s = score(&self.model, &batch);
             let r = score_reference(reference, &batch);
             let policy = TokenLogProbs {
