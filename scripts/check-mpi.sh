@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The MPI checks (docs/distributed.md): builds imdb-app with `--features mpi` and
-# - runs `mpirun -np 2 imdb-app …` against one process on the same global batch (PPO and CORY,
+# - runs `mpirun -np 2 imdb-app …` against one process on the same global batch (PPO, CORY and GRPO,
 #   and a resume under MPI), comparing metrics and final weights within 1e-4
 #   (apps/imdb-app/tests/cli.rs, `two_mpi_ranks_train_as_one`);
 # - kills rank 1 of a running job and checks that the job stops with an error and that the run

@@ -300,4 +300,7 @@ impl<M: CausalLm> Learner<M> for GroupAgent<M> {
     fn policy(&self) -> &M {
         self.model()
     }
+    fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
+        GroupAgent::set_collective(self, collective)
+    }
 }

@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use burn::module::{Flag, ModuleMapper, Param};
 use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
@@ -42,6 +43,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
+use crate::dist::{Collective, all_gather_f32, all_gather_usize, all_reduce_grads, shard};
 use crate::error::{Result, RlError};
 use crate::group::advantages::{RewardStats, grpo_advantages, rloo_advantages, rloo_rewards};
 use crate::group::config::{GroupSizes, GrpoConfig, RlooConfig, ScaleRewards};
@@ -50,6 +52,7 @@ use crate::group::loss::{
     GrpoLossInputs, GrpoLossParams, GrpoLossStats, LossNormalisation, RlooLossStats, grpo_loss,
     rloo_loss, sequence_logps,
 };
+use crate::group::parallel::{MicroShare, combine_micro_stats};
 use crate::ppo::ResponseMask;
 use crate::ppo::clip_grad_norm;
 use crate::ppo::state::{
@@ -314,6 +317,7 @@ pub struct GroupAgent<M: CausalLm> {
     eos_id: Option<u32>,
     steps: usize,
     rng_steps: usize,
+    collective: Arc<dyn Collective>,
 }
 
 impl<M: CausalLm> std::fmt::Debug for GroupAgent<M> {
@@ -341,19 +345,19 @@ struct Prepass {
 
 /// Per-completion quantities the step gathers for its statistics.
 #[derive(Default)]
-struct Collected {
-    kl: Vec<Option<f32>>,
-    entropy: Vec<Option<f32>>,
-    loss: Vec<f32>,
-    approxkl: Vec<f32>,
-    estimator_kl: Vec<f32>,
-    low_mean: Vec<f32>,
-    high_mean: Vec<f32>,
-    region_mean: Vec<f32>,
-    low_min: Vec<f32>,
-    high_max: Vec<f32>,
-    grad_norm_sum: f64,
-    optimizer_steps: usize,
+pub(super) struct Collected {
+    pub(super) kl: Vec<Option<f32>>,
+    pub(super) entropy: Vec<Option<f32>>,
+    pub(super) loss: Vec<f32>,
+    pub(super) approxkl: Vec<f32>,
+    pub(super) estimator_kl: Vec<f32>,
+    pub(super) low_mean: Vec<f32>,
+    pub(super) high_mean: Vec<f32>,
+    pub(super) region_mean: Vec<f32>,
+    pub(super) low_min: Vec<f32>,
+    pub(super) high_max: Vec<f32>,
+    pub(super) grad_norm_sum: f64,
+    pub(super) optimizer_steps: usize,
 }
 
 /// The logits at the positions that predict each response token: `[B·T, V]` rows of the
@@ -468,7 +472,35 @@ impl<M: CausalLm> GroupAgent<M> {
             device: device.clone(),
             steps: 0,
             rng_steps: 0,
+            collective: crate::dist::single_process(),
         })
+    }
+
+    /// Makes this learner one rank of a data-parallel group: [`GroupAgent::step`] then takes
+    /// the completions of the rank's contiguous share ([`crate::dist::shard`]) of the
+    /// `prompts_per_step` prompts — whole groups, so each group's baseline is local — and
+    /// gathers every completion's score, length and KL, so the advantages, the loss
+    /// normalisers and the logged statistics are the whole batch's; each micro-batch of the
+    /// shared order is split over the ranks holding its members, with each rank's loss scaled
+    /// by its share of the micro-batch, and the gradients are summed before clipping and Adam.
+    /// Every rank then ends the step with the weights one process would have (up to float
+    /// rounding). Joining copies rank 0's weights to every rank. Needs `prompts_per_step ≥` the
+    /// group's ranks.
+    pub fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
+        let prompts = self.algorithm.sizes().prompts_per_step;
+        if collective.world() > prompts {
+            return Err(RlError::Config {
+                field: "prompts_per_step".into(),
+                reason: format!(
+                    "{prompts} is smaller than the {} data-parallel ranks that share it",
+                    collective.world()
+                ),
+            });
+        }
+        // Every rank starts from rank 0's weights (LoRA inits may differ).
+        self.model = crate::dist::broadcast_module(&*collective, self.model.clone())?;
+        self.collective = collective;
+        Ok(())
     }
 
     /// A GRPO learner.
@@ -688,7 +720,12 @@ impl<M: CausalLm> GroupAgent<M> {
         reference: &M,
     ) -> Result<GroupStats> {
         let sizes = self.algorithm.sizes();
-        let n = sizes.completions();
+        let g = sizes.num_generations;
+        let coll = &*self.collective;
+        // This rank's completions are the batch's `offset..offset + n`.
+        let mine = shard(sizes.prompts_per_step, coll.rank(), coll.world());
+        let (offset, n) = (mine.start * g, mine.len() * g);
+        let n_all = sizes.completions();
         for (what, len) in [
             ("queries", queries.len()),
             ("responses", responses.len()),
@@ -705,7 +742,6 @@ impl<M: CausalLm> GroupAgent<M> {
         self.check_inputs(queries, responses, reference)?;
         check_finite_host("scores", &[n], scores)?;
         let plain = self.plain_device();
-        let g = sizes.num_generations;
         let lengths: Vec<usize> = responses.iter().map(Vec::len).collect();
         let t_max = lengths.iter().copied().max().unwrap_or(0);
         let max_len = self.algorithm.max_completion_length();
@@ -726,10 +762,28 @@ impl<M: CausalLm> GroupAgent<M> {
                 }
             }
         }
-        let active_tokens: usize = loss_rows
+        // Every completion's length, truncation and score, in batch order (this rank's alone
+        // with one rank).
+        let all_lengths = all_gather_usize(coll, &lengths)?;
+        let flags: Vec<usize> = truncated.iter().map(|&t| usize::from(t)).collect();
+        let all_truncated: Vec<bool> = all_gather_usize(coll, &flags)?
+            .into_iter()
+            .map(|t| t == 1)
+            .collect();
+        let all_scores = all_gather_f32(coll, scores)?;
+        // The tokens each completion puts in the loss.
+        let active: Vec<usize> = all_lengths
             .iter()
-            .map(|r| r.iter().filter(|&&m| m > 0.0).count())
-            .sum();
+            .zip(&all_truncated)
+            .map(|(&l, &t)| {
+                if t && self.algorithm.mask_truncated() {
+                    0
+                } else {
+                    l
+                }
+            })
+            .collect();
+        let active_tokens: usize = active.iter().sum();
 
         let prepass = if self.algorithm.needs_prepass() {
             Some(self.prepass(queries, responses, reference)?)
@@ -737,8 +791,8 @@ impl<M: CausalLm> GroupAgent<M> {
             None
         };
 
-        // Advantages.
-        let scores_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [n]), &plain);
+        // Advantages, of the whole batch.
+        let scores_t = Tensor::<1>::from_data(TensorData::new(all_scores, [n_all]), &plain);
         let reward_stats = grpo_advantages(scores_t.clone(), g, ScaleRewards::Group)?.stats;
         let (advantages, estimator_kl_rloo) = match &self.algorithm {
             GroupAlgorithm::Grpo(c) => (
@@ -763,7 +817,14 @@ impl<M: CausalLm> GroupAgent<M> {
                             ),
                             &mask,
                         )?;
-                        (Some(k.kl), Some(k.mean_kl))
+                        if coll.world() == 1 {
+                            (Some(k.kl), Some(k.mean_kl))
+                        } else {
+                            let all = all_gather_f32(coll, &to_vec("rloo kl", k.kl)?)?;
+                            let mean = all.iter().sum::<f32>() / active_tokens.max(1) as f32;
+                            let all = TensorData::new(all, [n_all]);
+                            (Some(Tensor::from_data(all, &plain)), Some(mean))
+                        }
                     }
                     None => (None, None),
                 };
@@ -777,10 +838,10 @@ impl<M: CausalLm> GroupAgent<M> {
                 )
             }
         };
-        check_finite_host("advantages", &[n], &advantages)?;
+        check_finite_host("advantages", &[n_all], &advantages)?;
 
-        // The micro-batch order of this step.
-        let mut order: Vec<usize> = (0..n).collect();
+        // The micro-batch order of this step (the same on every rank).
+        let mut order: Vec<usize> = (0..n_all).collect();
         let mut rng =
             StdRng::seed_from_u64(mix_seed(&[self.algorithm.seed(), self.rng_steps as u64]));
         order.shuffle(&mut rng);
@@ -804,7 +865,7 @@ impl<M: CausalLm> GroupAgent<M> {
             queries,
             responses,
             loss_rows: &loss_rows,
-            advantages: &advantages,
+            advantages: &advantages[offset..offset + n],
             prepass: prepass.as_ref(),
             reference,
             normalisation,
@@ -813,10 +874,27 @@ impl<M: CausalLm> GroupAgent<M> {
             for group in micro.chunks(gas) {
                 let mut accum = GradientsAccumulator::<M>::new();
                 for mb in group {
-                    let grads = self.train_micro(&ctx, mb, pass, &mut col)?;
-                    accum.accumulate(&self.model, grads);
+                    if coll.world() == 1 {
+                        let grads = self.train_micro(&ctx, mb, pass, &mut col, None)?;
+                        accum.accumulate(&self.model, grads);
+                        continue;
+                    }
+                    let share = MicroShare::new(mb, offset..offset + n, &active);
+                    if !share.local.is_empty() {
+                        let scale = share.loss_scale(&self.algorithm, ctx.normalisation);
+                        let grads =
+                            self.train_micro(&ctx, &share.local, pass, &mut col, Some(scale))?;
+                        accum.accumulate(&self.model, grads);
+                    }
+                    combine_micro_stats(
+                        coll,
+                        &mut col,
+                        &share,
+                        &self.algorithm,
+                        ctx.normalisation,
+                    )?;
                 }
-                let mut grads = accum.grads();
+                let mut grads = all_reduce_grads(coll, &self.model, accum.grads())?;
                 if let Some(max) = self.algorithm.max_grad_norm() {
                     col.grad_norm_sum += f64::from(clip_grad_norm(&self.model, &mut grads, max)?);
                 }
@@ -827,26 +905,35 @@ impl<M: CausalLm> GroupAgent<M> {
         }
         self.steps += 1;
         self.rng_steps += 1;
-        self.stats(
-            &lengths,
-            &truncated,
-            reward_stats,
-            &advantages,
-            prepass.as_ref(),
-            estimator_kl_rloo,
-            col,
-        )
+        let (kl, entropy) = match &prepass {
+            Some(p) => (p.kl.clone(), p.entropy.clone()),
+            None => (
+                col.kl.iter().map(|k| k.unwrap_or(0.0)).collect(),
+                col.entropy.iter().map(|e| e.unwrap_or(0.0)).collect(),
+            ),
+        };
+        let per_completion = PerCompletion {
+            lengths: &all_lengths,
+            truncated: &all_truncated,
+            advantages: &advantages,
+            kl: all_gather_f32(coll, &kl)?,
+            entropy: all_gather_f32(coll, &entropy)?,
+        };
+        self.stats(per_completion, reward_stats, estimator_kl_rloo, col)
     }
 
     /// One micro-batch: the reference's no-grad forward (on-policy), the training forward at
     /// the sampling temperature, the GRPO or RLOO loss, its gradients ÷ the accumulation steps
     /// where TRL divides (`grpo`/`bnpo`/`dr_grpo`/RLOO; `dapo` has them in its normaliser).
+    /// `mb` indexes this rank's completions; with several ranks the loss is multiplied by
+    /// `scale`, the rank's share of the whole micro-batch's reduction.
     fn train_micro(
         &self,
         ctx: &StepInputs<'_, M>,
         mb: &[usize],
         pass: usize,
         col: &mut Collected,
+        scale: Option<f32>,
     ) -> Result<GradientsParams> {
         let plain = self.plain_device();
         let temp = self.algorithm.temperature();
@@ -928,9 +1015,13 @@ impl<M: CausalLm> GroupAgent<M> {
                 )?;
                 push_grpo_stats(col, &out.stats);
                 col.loss.push(to_scalar("loss", out.loss.clone().detach())?);
+                let loss = match scale {
+                    Some(s) => out.loss.mul_scalar(s),
+                    None => out.loss,
+                };
                 match ctx.normalisation {
-                    LossNormalisation::GlobalToken { .. } => out.loss,
-                    _ => out.loss.div_scalar(gas),
+                    LossNormalisation::GlobalToken { .. } => loss,
+                    _ => loss.div_scalar(gas),
                 }
             }
             GroupAlgorithm::Rloo(c) => {
@@ -941,31 +1032,32 @@ impl<M: CausalLm> GroupAgent<M> {
                 let out = rloo_loss(logps, old_seq, adv, &mask, &c.loss_params())?;
                 push_rloo_stats(col, &out.stats);
                 col.loss.push(to_scalar("loss", out.loss.clone().detach())?);
-                out.loss.div_scalar(gas)
+                match scale {
+                    Some(s) => out.loss.mul_scalar(s).div_scalar(gas),
+                    None => out.loss.div_scalar(gas),
+                }
             }
         };
         Ok(GradientsParams::from_grads(loss.backward(), &self.model))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The step's statistics, from every completion of the batch and the micro-batches'
+    /// (already reduced) loss statistics.
     fn stats(
         &self,
-        lengths: &[usize],
-        truncated: &[bool],
+        all: PerCompletion<'_>,
         rewards: RewardStats,
-        advantages: &[f32],
-        prepass: Option<&Prepass>,
         rloo_kl: Option<f32>,
         col: Collected,
     ) -> Result<GroupStats> {
+        let PerCompletion {
+            lengths,
+            truncated,
+            advantages,
+            kl,
+            entropy: entropy_sum,
+        } = all;
         let n = lengths.len();
-        let (kl, entropy_sum): (Vec<f32>, Vec<f32>) = match prepass {
-            Some(p) => (p.kl.clone(), p.entropy.clone()),
-            None => (
-                col.kl.iter().map(|k| k.unwrap_or(0.0)).collect(),
-                col.entropy.iter().map(|e| e.unwrap_or(0.0)).collect(),
-            ),
-        };
         check_finite_host("objective/kl_dist", &[n], &kl)?;
         let tokens: usize = lengths.iter().sum();
         let entropy =
@@ -1012,6 +1104,18 @@ impl<M: CausalLm> GroupAgent<M> {
             learning_rate: self.algorithm.learning_rate(),
         })
     }
+}
+
+/// Every completion's quantities for a step's statistics, in batch order (gathered from every
+/// rank).
+struct PerCompletion<'a> {
+    lengths: &'a [usize],
+    truncated: &'a [bool],
+    advantages: &'a [f32],
+    /// Σ_t full KL (temperature 1).
+    kl: Vec<f32>,
+    /// Σ_t entropy (temperature 1).
+    entropy: Vec<f32>,
 }
 
 /// What every micro-batch of a step reads.

@@ -32,6 +32,7 @@ mod config;
 mod kl;
 mod loss;
 mod mask;
+mod parallel;
 
 pub use advantages::{
     GroupAdvantages, RewardStats, RlooAdvantages, grpo_advantages, rloo_advantages, rloo_rewards,
