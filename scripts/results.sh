@@ -36,19 +36,23 @@ sweep() { # name, algos, β₀ list, seeds, then further sweep flags
   shift 4
   local root="runs/results/$name"
   local args=("${COMMON[@]}" "$@" --out "$root" --data-dir "docs/results/data/$name")
-  local a k s failed=0 pids=()
+  local a k s failed=0 running=0
   mkdir -p "$root"
   for a in ${algos//,/ }; do for k in ${kls//,/ }; do for s in ${seeds//,/ }; do
-    if ((${#pids[@]} >= JOBS)); then
-      wait "${pids[0]}" || failed=1
-      pids=("${pids[@]:1}")
+    # A new run starts as soon as any running one ends (a CORY run takes several PPO runs' time).
+    if ((running >= JOBS)); then
+      wait -n || failed=1
+      running=$((running - 1))
     fi
     echo "results.sh: $name $a β₀=$k seed $s (log: $root/$a-kl$k-seed$s.log)"
     RAYON_NUM_THREADS=1 "$APP" sweep "${args[@]}" --algos "$a" --init-kl-coefs "$k" --seeds "$s" \
-      >/dev/null 2>"$root/$a-kl$k-seed$s.log" &
-    pids+=($!)
+      >/dev/null 2>>"$root/$a-kl$k-seed$s.log" &
+    running=$((running + 1))
   done; done; done
-  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  while ((running > 0)); do
+    wait -n || failed=1
+    running=$((running - 1))
+  done
   if ((failed)); then
     echo "results.sh: a run of sweep $name failed or was interrupted (see its log); rerun to continue" >&2
     exit 1

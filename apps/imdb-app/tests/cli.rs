@@ -641,6 +641,90 @@ fn two_ranks_in_one_process_train_as_one() {
     }
 }
 
+/// CORY with llm2 (and its copy of the reference) moved to a device of its own,
+/// `--llm2-device`, trains exactly as with both copies on the run's device — fresh and resumed
+/// — and the flag is refused where it has no meaning. On this CPU both devices are the same
+/// one, so this checks the moves (llm2's weights, value head and reference copied to fresh
+/// leaves there), not a second device's kernels.
+#[test]
+fn llm2_on_its_own_device_trains_as_on_one() {
+    let s = setup();
+    let one = s.root.join("cory-one");
+    assert!(
+        run(&parallel_args(&s, "cory", one.to_str().unwrap()))
+            .status
+            .success()
+    );
+    let apart = s.root.join("cory-apart");
+    let mut a = parallel_args(&s, "cory", apart.to_str().unwrap());
+    a.extend(["--llm2-device", "cpu"]);
+    let o = run(&a);
+    assert!(o.status.success());
+    let exact = |d: &Path, what: &str| {
+        let m = metrics_diff(&one.join("metrics.csv"), &d.join("metrics.csv"));
+        assert_eq!(m, 0.0, "{what}: metrics differ by {m}");
+        for c in ["llm1", "llm2"] {
+            let ck = |r: &Path| r.join("checkpoints/iter-000003").join(c);
+            let w = weights_diff(&ck(&one), &ck(d));
+            assert_eq!(w, 0.0, "{what}: {c}'s weights differ by {w}");
+        }
+    };
+    exact(&apart, "--llm2-device cpu");
+
+    // Resumed with llm2 on its own device after a run that had it there.
+    let part = s.root.join("cory-apart-part");
+    let mut a = parallel_args(&s, "cory", part.to_str().unwrap());
+    for (flag, value) in [("--iterations", "2"), ("--checkpoint-every", "1")] {
+        let i = a.iter().position(|x| *x == flag).unwrap();
+        a[i + 1] = value;
+    }
+    a.extend(["--llm2-device", "cpu"]);
+    assert!(run(&a).status.success());
+    let p = part.to_str().unwrap();
+    let o = run(&["--resume", p, "--iterations", "3", "--llm2-device", "cpu"]);
+    assert!(o.status.success());
+    exact(&part, "resumed with --llm2-device cpu");
+
+    for (flags, expected) in [
+        (
+            [("--algo", "ppo"), ("--llm2-device", "cpu")],
+            "places CORY's second copy, and this run trains ppo",
+        ),
+        (
+            [("--device", "cpu,cpu"), ("--llm2-device", "cpu")],
+            "this run has 2 data-parallel ranks",
+        ),
+        (
+            [("--algo", "cory"), ("--llm2-device", "cpu,cpu")],
+            "takes one device, not a list",
+        ),
+        (
+            [("--algo", "cory"), ("--llm2-device", "gpu:0")],
+            "expected `cpu`, `cuda:N` or `wgpu:N`",
+        ),
+    ] {
+        let out = s.root.join("refused");
+        let mut a = parallel_args(&s, "cory", out.to_str().unwrap());
+        for (flag, value) in flags {
+            match a.iter().position(|x| *x == flag) {
+                Some(i) => a[i + 1] = value,
+                None => a.extend([flag, value]),
+            }
+        }
+        let o = run(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(expected),
+            "{flags:?}: {err}"
+        );
+        assert!(
+            !out.exists(),
+            "{flags:?}: a refused run created {}",
+            out.display()
+        );
+    }
+}
+
 /// `mpirun -np 2` of imdb-app built with `--features mpi` against one process (and a resume
 /// under MPI): `scripts/check-mpi.sh` runs it.
 #[test]

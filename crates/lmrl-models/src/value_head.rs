@@ -175,9 +175,16 @@ impl LmWithValueHead<AutoLm> {
 #[cfg(test)]
 mod init_tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// The flex device's RNG is one per process and the test harness runs tests on several
+    /// threads: each test that seeds it holds this lock, or another test's draws land between
+    /// its seed and its reads.
+    static DEVICE_RNG: Mutex<()> = Mutex::new(());
 
     #[test]
     fn zero_init_gives_zero_values_and_default_does_not() {
+        let _rng = DEVICE_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let d = Device::flex();
         d.seed(3);
         let hidden =
@@ -194,6 +201,7 @@ mod init_tests {
     /// have drawn lazily from the same RNG state (so eager drawing changes no result).
     #[test]
     fn a_new_head_is_drawn_at_once_with_the_lazy_values() {
+        let _rng = DEVICE_RNG.lock().unwrap_or_else(|e| e.into_inner());
         let d = Device::flex();
         d.seed(5);
         let head = ValueHead::new(16, ValueHeadInit::Default, &d);

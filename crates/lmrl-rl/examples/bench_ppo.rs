@@ -140,7 +140,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(base);
     for (concurrent_updates, secs) in &mut cory_runs {
         if !*concurrent_updates {
-            let reference = trainer.reference().clone();
+            let reference = trainer.reference(0).clone();
             let (l1, l2) = trainer.into_learners();
             trainer = CoryTrainer::new(l1, l2, reference, cory_config(false))?;
         }

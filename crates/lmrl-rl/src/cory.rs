@@ -224,13 +224,16 @@ pub struct CoryState {
     pub pioneer: String,
 }
 
-/// Two learners sharing one frozen reference.
+/// Two learners scored against one frozen reference (one copy of it per LLM, on that LLM's
+/// device, when the two sit on different devices).
 pub struct CoryTrainer<M: CausalLm, L: Learner<M>> {
     /// `[pioneer, observer]`.
     slots: [L; 2],
     /// Which LLM (0 = llm1, 1 = llm2) sits in each slot.
     llm_in_slot: [usize; 2],
-    reference: M,
+    /// The reference of each LLM (`[llm1's, llm2's]`): the same weights, each on its LLM's
+    /// device; an LLM keeps its device across role exchanges.
+    references: [M; 2],
     config: CoryConfig,
     iteration: usize,
 }
@@ -298,6 +301,20 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
     /// `llm1` starts as pioneer, `llm2` as observer; both are scored against `reference`.
     /// Both must sample the same number of responses per prompt.
     pub fn new(llm1: L, llm2: L, reference: M, config: CoryConfig) -> Result<Self> {
+        Self::with_references(llm1, llm2, [reference.clone(), reference], config)
+    }
+
+    /// As [`CoryTrainer::new`] with the two LLMs on different devices: `references` holds the
+    /// frozen reference once on llm1's device and once on llm2's (the same weights), so that
+    /// each LLM's generation, KL and update run on its own device; the two updates then run
+    /// concurrently there with [`CoryConfig::concurrent_updates`]. Only token ids, texts and
+    /// rewards pass between the two.
+    pub fn with_references(
+        llm1: L,
+        llm2: L,
+        references: [M; 2],
+        config: CoryConfig,
+    ) -> Result<Self> {
         if llm1.samples_per_prompt() != llm2.samples_per_prompt() {
             return Err(RlError::Config {
                 field: "samples_per_prompt".into(),
@@ -311,7 +328,7 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
         Ok(Self {
             slots: [llm1, llm2],
             llm_in_slot: [0, 1],
-            reference,
+            references,
             config,
             iteration: 0,
         })
@@ -429,9 +446,9 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
         }
     }
 
-    /// The shared frozen reference.
-    pub fn reference(&self) -> &M {
-        &self.reference
+    /// The frozen reference LLM `i` (0 = llm1, 1 = llm2) is scored against, on its device.
+    pub fn reference(&self, i: usize) -> &M {
+        &self.references[i.min(1)]
     }
 
     /// Iterations run so far.
@@ -592,21 +609,21 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
         y2: &[Vec<u32>],
         s2: &[f32],
     ) -> Result<(StepStats, StepStats)> {
-        let reference = &self.reference;
+        let [ref1, ref2] = self.llm_in_slot.map(|i| &self.references[i]);
         let [pioneer, observer] = &mut self.slots;
         if !self.config.concurrent_updates {
-            let st1 = pioneer.step(q1, y1, s1, reference)?;
-            return Ok((st1, observer.step(q2, y2, s2, reference)?));
+            let st1 = pioneer.step(q1, y1, s1, ref1)?;
+            return Ok((st1, observer.step(q2, y2, s2, ref2)?));
         }
         std::thread::scope(|scope| {
             let second = std::thread::Builder::new()
                 .name("cory-observer-step".into())
-                .spawn_scoped(scope, || observer.step(q2, y2, s2, reference))
+                .spawn_scoped(scope, || observer.step(q2, y2, s2, ref2))
                 .map_err(|e| RlError::External {
                     component: "the observer's update thread".into(),
                     message: format!("cannot start it: {e}"),
                 })?;
-            let st1 = pioneer.step(q1, y1, s1, reference);
+            let st1 = pioneer.step(q1, y1, s1, ref1);
             let st2 = second.join().map_err(|_| RlError::External {
                 component: "the observer's update thread".into(),
                 message: "it panicked".into(),
@@ -638,7 +655,8 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
         )?;
         let yq_text = decode_all(env, &yq)?;
         let rq = rewards(reward, &texts, &yq_text, &contexts)?;
-        let klq = self.slots[1].kl_to_reference(&queries, &yq, &self.reference)?;
+        let own_reference = &self.references[self.llm_in_slot[1]];
+        let klq = self.slots[1].kl_to_reference(&queries, &yq, own_reference)?;
         Ok((mean(&rq), mean(&klq)))
     }
 

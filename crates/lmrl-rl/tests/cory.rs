@@ -40,6 +40,14 @@ fn cfg() -> PpoConfig {
     }
 }
 
+/// The flex device's RNG is one per process and the tests of this file run on several threads:
+/// a setup holds this lock from its seed until its value heads are drawn, or another test's
+/// seed or draws land in between and two setups of one test start from different heads.
+fn device_rng() -> std::sync::MutexGuard<'static, ()> {
+    static DEVICE_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DEVICE_RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// llm1 and llm2 from the same pretrained weights, each with its own fresh value head.
 fn setup() -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
     setup_with(ValueHeadInit::Default)
@@ -48,6 +56,7 @@ fn setup() -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
 /// As [`setup`] with the value heads' initialisation `init` (`Zeros` draws nothing from the
 /// device's generator, which the tests running alongside share).
 fn setup_with(init: ValueHeadInit) -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
+    let _rng = device_rng();
     let plain = Device::flex();
     plain.seed(11);
     let ad = plain.clone().autodiff();
@@ -234,6 +243,7 @@ fn self_plus_other_reward_mode() {
 /// llm1 and llm2 forked from one loaded base (as the apps make them), with PyTorch-default
 /// value heads (drawn from the device's RNG).
 fn setup_forked() -> (PpoAgent<AutoLm>, PpoAgent<AutoLm>, AutoLm) {
+    let _rng = device_rng();
     let plain = Device::flex();
     plain.seed(11);
     let ad = plain.clone().autodiff();

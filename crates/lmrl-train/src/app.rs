@@ -19,11 +19,12 @@ use lmrl_models::{AutoLm, LmTokenizer, ModelConfig};
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 
 use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
-use crate::copies::CopySpec;
+use crate::copies::{CopySpec, Llm2Device};
+use crate::device::select_device;
 use crate::error::{Result, TaskError, TrainError};
 use crate::parallel::{RankContext, open_run_dir, run_ranks};
 use crate::session::{RunDir, install_signal_handler};
-use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
+use crate::settings::{Algo, CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
 use crate::task::Task;
 use crate::trainer::{Outcome, Trainer};
 
@@ -119,6 +120,7 @@ where
     let cfg = &resolved.config;
     let run = cfg.run();
     let collective = &*rank.collective;
+    let llm2_plain = llm2_device(args.llm2_device.as_deref(), run.algo, collective.world())?;
     // Rank 0 alone claims the run directory, before the slow part (see the module docs).
     let claim = match collective.rank() {
         0 => Some(RunDir::claim(
@@ -164,6 +166,10 @@ where
         write_config(dir.path(), cfg)?;
     }
     let reference = base.valid();
+    let llm2_device = llm2_plain.map(|plain| Llm2Device {
+        device: plain.clone().autodiff(),
+        reference: reference.clone().to_device(&plain),
+    });
     let learners = crate::copies::LearnerSettings {
         ppo: cfg.ppo(),
         grpo: cfg.grpo(),
@@ -178,10 +184,40 @@ where
         run,
         spec: &spec,
         device: &train_device,
+        llm2_device: llm2_device.as_ref(),
         app,
         collective,
     };
     trainer.train_rank(dir.as_ref(), start, base)
+}
+
+/// The device of CORY's llm2 (`--llm2-device`), checked before anything is loaded or created:
+/// CORY only, and a run on one device (data parallel, both copies are spread over the same
+/// ranks).
+fn llm2_device(spec: Option<&str>, algo: Algo, world: usize) -> Result<Option<Device>> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let refuse = |reason: String| TrainError::Device {
+        spec: spec.to_string(),
+        reason: format!("--llm2-device {reason}"),
+    };
+    if algo != Algo::Cory {
+        return Err(refuse(format!(
+            "places CORY's second copy, and this run trains {}",
+            algo.name()
+        )));
+    }
+    if world > 1 {
+        return Err(refuse(format!(
+            "needs a run on one device; this run has {world} data-parallel ranks, over which \
+             both copies are spread"
+        )));
+    }
+    if spec.contains(',') {
+        return Err(refuse("takes one device, not a list".into()));
+    }
+    Ok(Some(select_device(Some(spec))?))
 }
 
 /// What to say when `--resume DIR` names no run: DIR missing, or without the `config.toml` a

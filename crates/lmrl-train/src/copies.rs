@@ -26,6 +26,25 @@ pub const POLICY: &str = "policy";
 /// adapters, which the merged weights cannot give back.
 pub const LORA_FILE: &str = "lora_model.bpk";
 
+/// Where CORY's llm2 trains when it is not on the run's device (`--llm2-device`): that device
+/// and the frozen reference copied onto it. llm2 is still made on the run's device (its value
+/// head and LoRA adapters drawn from that device's generator, as in a run on one device) and
+/// then moved, so the placement changes no initial weight.
+pub struct Llm2Device {
+    /// llm2's training device (autodiff).
+    pub device: Device,
+    /// The frozen reference on that device (without autodiff).
+    pub reference: AutoLm,
+}
+
+/// `module` on llm2's device if `to` is given (fresh autodiff leaves there), else as it is.
+fn moved<T: Module>(module: T, to: Option<&Llm2Device>) -> T {
+    match to {
+        None => module,
+        Some(p) => module.fork(&p.device),
+    }
+}
+
 /// A learner of this crate's models, chosen at run time.
 pub type DynLearner = Box<dyn Learner<AutoLm>>;
 
@@ -115,31 +134,46 @@ impl CopySpec {
         }
     }
 
-    /// The learner of `policy` (with `head` for PPO).
+    /// The learner of `policy` (with `head` for PPO; a fresh one drawn on `device` if `None`),
+    /// on `device` or, with `to`, moved to llm2's device.
     fn learner(
         &self,
         policy: AutoLm,
         head: Option<ValueHead>,
         device: &Device,
+        to: Option<&Llm2Device>,
     ) -> Result<DynLearner> {
+        let on = to.map_or(device, |p| &p.device);
         Ok(match self.learner {
             LearnerAlgo::Ppo => {
-                let v_head = match head {
-                    Some(h) => h,
-                    None => LmWithValueHead::new(policy.clone(), self.head, device).v_head,
+                let v_head = head.unwrap_or_else(|| {
+                    let hidden = lmrl_models::CausalLm::hidden_size(&policy);
+                    ValueHead::new(hidden, self.head, device)
+                });
+                let model = LmWithValueHead {
+                    lm: moved(policy, to),
+                    v_head: moved(v_head, to),
                 };
-                let model = LmWithValueHead { lm: policy, v_head };
-                Box::new(PpoAgent::new(model, self.ppo.clone(), device)?)
+                Box::new(PpoAgent::new(model, self.ppo.clone(), on)?)
             }
-            LearnerAlgo::Grpo => Box::new(GroupAgent::grpo(policy, self.grpo.clone(), device)?),
-            LearnerAlgo::Rloo => Box::new(GroupAgent::rloo(policy, self.rloo.clone(), device)?),
+            LearnerAlgo::Grpo => {
+                Box::new(GroupAgent::grpo(moved(policy, to), self.grpo.clone(), on)?)
+            }
+            LearnerAlgo::Rloo => {
+                Box::new(GroupAgent::rloo(moved(policy, to), self.rloo.clone(), on)?)
+            }
         })
     }
 
     /// A fresh learner on `base` (each call gives an independent copy, with its own head for
-    /// PPO).
-    fn fresh_learner(&self, base: &AutoLm, device: &Device) -> Result<DynLearner> {
-        self.learner(self.policy(base, device)?, None, device)
+    /// PPO), made on `device` and then moved to `to`'s device if given.
+    fn fresh_learner(
+        &self,
+        base: &AutoLm,
+        device: &Device,
+        to: Option<&Llm2Device>,
+    ) -> Result<DynLearner> {
+        self.learner(self.policy(base, device)?, None, device, to)
     }
 }
 
@@ -158,27 +192,23 @@ pub fn lora_targets(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig 
 }
 
 impl Copies {
-    /// Fresh copies of `base` (CORY's llm1 is made first, then llm2), scored against
-    /// `reference`.
+    /// Fresh copies of `base` (CORY's llm1 is made first, then llm2, which then moves to
+    /// `llm2_device` if given), scored against `reference`.
     pub fn fresh(
         spec: &CopySpec,
         base: &AutoLm,
         reference: &AutoLm,
         device: &Device,
+        llm2_device: Option<&Llm2Device>,
     ) -> Result<Self> {
         Ok(match spec.algo {
             Algo::Ppo | Algo::Grpo | Algo::Rloo => {
-                Copies::Single(spec.fresh_learner(base, device)?)
+                Copies::Single(spec.fresh_learner(base, device, None)?)
             }
             Algo::Cory => {
-                let llm1 = spec.fresh_learner(base, device)?;
-                let llm2 = spec.fresh_learner(base, device)?;
-                Copies::Cory(Box::new(CoryTrainer::new(
-                    llm1,
-                    llm2,
-                    reference.clone(),
-                    spec.cory.clone(),
-                )?))
+                let llm1 = spec.fresh_learner(base, device, None)?;
+                let llm2 = spec.fresh_learner(base, device, llm2_device)?;
+                Copies::Cory(Box::new(cory(spec, llm1, llm2, reference, llm2_device)?))
             }
         })
     }
@@ -256,8 +286,9 @@ impl Copies {
         base: &AutoLm,
         reference: &AutoLm,
         device: &Device,
+        llm2_device: Option<&Llm2Device>,
     ) -> Result<Self> {
-        let learner = |name: &str| -> Result<DynLearner> {
+        let learner = |name: &str, to: Option<&Llm2Device>| -> Result<DynLearner> {
             let d = dir.join(name);
             let (policy, head) =
                 load_weights(spec, base, &d, device).map_err(|source| TrainError::Restore {
@@ -265,7 +296,7 @@ impl Copies {
                     path: d.clone(),
                     source,
                 })?;
-            spec.learner(policy, head, device)
+            spec.learner(policy, head, device, to)
         };
         let restore_err = |what, path: &Path| {
             let path = path.to_path_buf();
@@ -277,7 +308,7 @@ impl Copies {
         };
         Ok(match spec.algo {
             Algo::Ppo | Algo::Grpo | Algo::Rloo => {
-                let mut l = learner(POLICY)?;
+                let mut l = learner(POLICY, None)?;
                 let d = dir.join(POLICY);
                 l.load_state(&d)
                     .map_err(restore_err("the training state", &d))?;
@@ -285,14 +316,33 @@ impl Copies {
             }
             Algo::Cory => {
                 let names = [0, 1].map(CoryTrainer::<AutoLm, DynLearner>::llm_name);
-                let (llm1, llm2) = (learner(names[0])?, learner(names[1])?);
-                let mut t = CoryTrainer::new(llm1, llm2, reference.clone(), spec.cory.clone())?;
+                let llm1 = learner(names[0], None)?;
+                let llm2 = learner(names[1], llm2_device)?;
+                let mut t = cory(spec, llm1, llm2, reference, llm2_device)?;
                 t.load_state(dir)
                     .map_err(restore_err("the CORY state", dir))?;
                 Copies::Cory(Box::new(t))
             }
         })
     }
+}
+
+/// CORY's trainer of `llm1` and `llm2`, each scored against the reference on its own device.
+fn cory(
+    spec: &CopySpec,
+    llm1: DynLearner,
+    llm2: DynLearner,
+    reference: &AutoLm,
+    llm2_device: Option<&Llm2Device>,
+) -> Result<CoryTrainer<AutoLm, DynLearner>> {
+    let second = llm2_device.map_or(reference, |p| &p.reference);
+    let references = [reference.clone(), second.clone()];
+    Ok(CoryTrainer::with_references(
+        llm1,
+        llm2,
+        references,
+        spec.cory.clone(),
+    )?)
 }
 
 /// Writes one copy's weights into `d` as a Hugging Face checkpoint (LoRA adapters merged, so

@@ -23,7 +23,7 @@ pub enum TrainError {
     /// `--resume` given with flags that would change what the run computes.
     #[error(
         "--resume continues {path} with its own config.toml; only --iterations, \
-         --checkpoint-every, --keep-checkpoints, --samples-every, --device and --cache-dir may be given, not {flags}"
+         --checkpoint-every, --keep-checkpoints, --samples-every, --device, --llm2-device and --cache-dir may be given, not {flags}"
     )]
     ResumeSettings { path: PathBuf, flags: String },
     /// A run directory that cannot be started or resumed as asked.

@@ -186,6 +186,11 @@ pub struct RunArgs {
     /// list (`cuda:0,cuda:1`) trains data parallel, one rank per device (docs/distributed.md).
     #[arg(long)]
     pub device: Option<String>,
+    /// CORY only: train llm2 (with its own copy of the frozen reference) on this device, e.g.
+    /// `cuda:1` beside `--device cuda:0`, so each copy generates and updates on its own device
+    /// and the two updates run at once. Not with a device list or MPI.
+    #[arg(long, value_name = "DEVICE")]
+    pub llm2_device: Option<String>,
 }
 
 fn parse_head_init(s: &str) -> std::result::Result<ValueHeadInit, String> {

@@ -23,7 +23,7 @@ use lmrl_rl::{
 use lmrl_runs::{MetricRow, MetricsLog, SamplesLog};
 use serde::Serialize;
 
-use crate::copies::{Copies, CopySpec, DynLearner, POLICY};
+use crate::copies::{Copies, CopySpec, DynLearner, Llm2Device, POLICY};
 use crate::error::{Result, TrainError};
 use crate::session::{RunDir, Start, checkpoint_due, stop_requested};
 use crate::settings::RunSettings;
@@ -51,6 +51,9 @@ pub struct Trainer<'a, T: Task> {
     pub spec: &'a CopySpec,
     /// The training device (autodiff).
     pub device: &'a Device,
+    /// CORY only: llm2's own device and the reference there (`--llm2-device`); `None` keeps
+    /// both copies on `device`.
+    pub llm2_device: Option<&'a Llm2Device>,
     /// Names the app in the resume hint (`imdb-app`).
     pub app: &'a str,
     /// The data-parallel group this process or thread is a rank of
@@ -83,12 +86,25 @@ impl<T: Task> Trainer<'_, T> {
                 if let Some(out) = out_dir {
                     self.evaluate(Stage::Before, &[("base", self.reference)], out)?;
                 }
-                let c = Copies::fresh(self.spec, &base, self.reference, self.device)?;
+                let c = Copies::fresh(
+                    self.spec,
+                    &base,
+                    self.reference,
+                    self.device,
+                    self.llm2_device,
+                )?;
                 (c, 0)
             }
             Start::Resume { candidates } => {
                 let restore = |done: usize, ckpt: &Path| -> Result<Copies> {
-                    let c = Copies::restore(self.spec, ckpt, &base, self.reference, self.device)?;
+                    let c = Copies::restore(
+                        self.spec,
+                        ckpt,
+                        &base,
+                        self.reference,
+                        self.device,
+                        self.llm2_device,
+                    )?;
                     if let Copies::Cory(t) = &c
                         && t.iterations() != done
                     {
@@ -290,9 +306,11 @@ impl<T: Task> Trainer<'_, T> {
     /// Evaluates every trained copy, redraws the plots and writes the summary.
     fn finish(&self, out: &Path, copies: &Copies) -> Result<()> {
         let named = copies.named();
+        // The task evaluates on the run's device, where llm2 may not be (`--llm2-device`).
+        let here = self.device.clone().without_autodiff();
         let policies: Vec<(&str, AutoLm)> = named
             .iter()
-            .map(|(n, l)| (*n, l.policy().valid()))
+            .map(|(n, l)| (*n, l.policy().valid().to_device(&here)))
             .collect();
         let refs: Vec<(&str, &AutoLm)> = policies.iter().map(|(n, m)| (*n, m)).collect();
         self.evaluate(Stage::After, &refs, out)?;
