@@ -305,3 +305,133 @@ fn concurrent_updates_equal_the_sequential_order() {
         assert!(concurrent.1 == sequential.1 && concurrent.2 == sequential.2);
     }
 }
+
+/// A learner that records, for every step and KL measurement, which reference it was handed
+/// (by the sum of the reference's weights).
+struct Recording {
+    inner: PpoAgent<AutoLm>,
+    name: &'static str,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(&'static str, f64)>>>,
+}
+
+fn weight_sum(m: &AutoLm) -> f64 {
+    snapshot(m).iter().map(|&x| f64::from(x)).sum()
+}
+
+impl Recording {
+    fn saw(&self, reference: &AutoLm) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.push((self.name, weight_sum(reference)));
+    }
+}
+
+impl lmrl_rl::Learner<AutoLm> for Recording {
+    fn algorithm(&self) -> &'static str {
+        "ppo"
+    }
+    fn generate(
+        &self,
+        prompts: &[Vec<u32>],
+        config: &GenerationConfig,
+    ) -> lmrl_rl::Result<lmrl_models::Generation> {
+        lmrl_rl::Learner::generate(&self.inner, prompts, config)
+    }
+    fn step(
+        &mut self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        scores: &[f32],
+        reference: &AutoLm,
+    ) -> lmrl_rl::Result<lmrl_rl::StepStats> {
+        self.saw(reference);
+        lmrl_rl::Learner::step(&mut self.inner, queries, responses, scores, reference)
+    }
+    fn kl_to_reference(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        reference: &AutoLm,
+    ) -> lmrl_rl::Result<Vec<f32>> {
+        self.saw(reference);
+        lmrl_rl::Learner::kl_to_reference(&self.inner, queries, responses, reference)
+    }
+    fn kl_coef(&self) -> f64 {
+        lmrl_rl::Learner::kl_coef(&self.inner)
+    }
+    fn reset_state(&mut self) {
+        lmrl_rl::Learner::reset_state(&mut self.inner)
+    }
+    fn save_state(&self, dir: &std::path::Path) -> lmrl_rl::Result<()> {
+        lmrl_rl::Learner::save_state(&self.inner, dir)
+    }
+    fn load_state(&mut self, dir: &std::path::Path) -> lmrl_rl::Result<()> {
+        lmrl_rl::Learner::load_state(&mut self.inner, dir)
+    }
+    fn policy(&self) -> &AutoLm {
+        lmrl_rl::Learner::policy(&self.inner)
+    }
+}
+
+/// Adds `.0` to every weight: a reference that differs from the original everywhere.
+struct Shift(f32);
+impl burn::module::ModuleMapper for Shift {
+    fn map_float<const D: usize>(&mut self, p: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let d = self.0;
+        p.map(|t| t.add_scalar(d))
+    }
+}
+
+/// With a reference per LLM (`with_references`, as for two devices), each LLM is scored against
+/// its own in both roles — its step as pioneer and as observer, and the observer's plain-query
+/// KL — across role exchanges, and the pioneer's first step is the same as with one shared
+/// reference.
+#[test]
+fn each_llm_is_scored_against_its_own_reference() {
+    let (a1, a2, reference) = setup_with(ValueHeadInit::Zeros);
+    let shifted = reference.clone().map(&mut Shift(1e-3));
+    let (sum1, sum2) = (weight_sum(&reference), weight_sum(&shifted));
+    assert!((sum1 - sum2).abs() > 1e-3, "{sum1} vs {sum2}");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recording = |inner, name| Recording {
+        inner,
+        name,
+        seen: seen.clone(),
+    };
+    let config = CoryConfig {
+        swap_period: 1,
+        pioneer_format_metrics: true,
+        ..CoryConfig::default()
+    };
+    let (b1, b2, _) = setup_with(ValueHeadInit::Zeros);
+    let mut shared = CoryTrainer::new(b1, b2, reference.clone(), config.clone()).unwrap();
+    let mut apart = CoryTrainer::with_references(
+        recording(a1, "llm1"),
+        recording(a2, "llm2"),
+        [reference, shifted],
+        config,
+    )
+    .unwrap();
+    assert_eq!(weight_sum(apart.reference(1)), sum2);
+    let reward = LowIds::default();
+    for i in 0..3 {
+        let (p, g) = (prompts(&queries()), generation(i));
+        let a = apart.iteration(&p, &g, &mut MockEnv, &reward).unwrap();
+        let s = shared.iteration(&p, &g, &mut MockEnv, &reward).unwrap();
+        if i == 0 {
+            assert_eq!(format!("{:?}", a.agents[0]), format!("{:?}", s.agents[0]));
+            assert_ne!(
+                a.agents[1].kl, s.agents[1].kl,
+                "llm2's KL is to its own reference"
+            );
+        }
+    }
+    let seen = seen.lock().unwrap();
+    // Per iteration: both steps and the observer's plain-query KL.
+    assert_eq!(seen.len(), 9);
+    for (name, sum) in seen.iter() {
+        let own = if *name == "llm1" { sum1 } else { sum2 };
+        assert_eq!(*sum, own, "{name} was handed the other LLM's reference");
+    }
+    let observed = |n: &str| seen.iter().filter(|(m, _)| *m == n).count();
+    assert!(observed("llm1") >= 4 && observed("llm2") >= 4);
+}
