@@ -73,6 +73,53 @@ impl Run {
     }
 }
 
+/// Below this mean per-token entropy (nats) a policy is taken to have collapsed: it then puts
+/// nearly all its mass on one token at every step (≈ 2.4–4 nats at the start of these runs,
+/// 2.5–3.9 over the main comparison's last 10 iterations, ≈ 0.0–0.25 in the runs that repeat
+/// one word or sign).
+const COLLAPSED_ENTROPY: f64 = 0.5;
+
+impl Run {
+    /// Per iteration, the mean entropy of the run's training-role rows.
+    fn entropy_curve(&self) -> Vec<(usize, f64)> {
+        let mut by_it: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for r in &self.rows {
+            by_it.entry(r.iteration).or_default().push(r.entropy);
+        }
+        by_it
+            .into_iter()
+            .map(|(it, e)| (it, e.iter().sum::<f64>() / e.len() as f64))
+            .collect()
+    }
+
+    /// The iteration from which the entropy stays below [`COLLAPSED_ENTROPY`] to the end, if it
+    /// does.
+    fn collapsed_from(&self) -> Option<usize> {
+        let curve = self.entropy_curve();
+        let stays_low = curve
+            .iter()
+            .rev()
+            .take_while(|(_, e)| *e < COLLAPSED_ENTROPY)
+            .count();
+        (stays_low > 0).then(|| curve[curve.len() - stays_low].0)
+    }
+}
+
+/// One run's collapse indicators over the last iterations.
+#[derive(Debug, Serialize)]
+struct RunTail {
+    run: String,
+    /// Mean entropy of the training-role rows.
+    entropy: f64,
+    /// Share of repeated words (0 for responses without words, such as ";;;;").
+    repetition: f64,
+    /// Plain-query KL and task reward.
+    kl: f64,
+    task_reward: f64,
+    /// The iteration from which the entropy stays below [`COLLAPSED_ENTROPY`].
+    collapsed_from: Option<usize>,
+}
+
 /// The first four responses of `samples_last.jsonl`, if the run has one.
 fn read_last_samples(path: &Path) -> Vec<String> {
     let Ok(text) = std::fs::read_to_string(path) else {
@@ -196,6 +243,8 @@ struct Report {
     /// mean per-token entropy and the share of repeated words in its responses.
     entropy_tail: BTreeMap<&'static str, Ival>,
     repetition_tail: BTreeMap<&'static str, Ival>,
+    /// Each run's collapse indicators over the last `tail` iterations.
+    per_run: Vec<RunTail>,
     /// A few responses of each run's last logged iteration (`samples_last.jsonl`).
     samples: BTreeMap<String, Vec<String>>,
 }
@@ -339,6 +388,17 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
         llm1_minus_llm2_kl: ival(l1.iter().zip(&l2).map(|(a, b)| a.1 - b.1).collect()),
         entropy_tail,
         repetition_tail,
+        per_run: runs
+            .iter()
+            .map(|r| RunTail {
+                run: r.name.clone(),
+                entropy: tail_rows(r, |x| x.entropy),
+                repetition: tail_rows(r, |x| x.repetition),
+                kl: tail_means(r).1,
+                task_reward: tail_means(r).0,
+                collapsed_from: r.collapsed_from(),
+            })
+            .collect(),
         samples: runs
             .iter()
             .map(|r| (r.name.clone(), r.last_samples.clone()))
@@ -371,7 +431,7 @@ fn markdown(r: &Report) -> String {
          | CORY LLM1 − LLM2 task reward, last {} | {} |\n\
          | CORY LLM1 − LLM2 KL, last {} | {} |\n\
          | entropy (training role), last {}: PPO / CORY | {} / {} |\n\
-         | repeated-word share, last {}: PPO / CORY | {} / {} |\n{}",
+         | repeated-word share, last {}: PPO / CORY | {} / {} |\n{}{}",
         r.runs.len(),
         r.seeds_ppo,
         r.seeds_cory,
@@ -400,8 +460,29 @@ fn markdown(r: &Report) -> String {
         r.tail,
         g(&r.repetition_tail, "ppo"),
         g(&r.repetition_tail, "cory"),
+        per_run_md(&r.per_run, r.tail),
         samples_md(&r.samples),
     )
+}
+
+fn per_run_md(runs: &[RunTail], tail: usize) -> String {
+    let mut s = format!(
+        "\nPer run, last {tail} iterations (collapsed: the entropy stays below \
+         {COLLAPSED_ENTROPY} nats to the end):\n\n\
+         | run | entropy | repeated-word share | KL (plain query) | task reward | collapsed |\n\
+         |---|---:|---:|---:|---:|---|\n"
+    );
+    for r in runs {
+        let collapsed = match r.collapsed_from {
+            Some(it) => format!("from iteration {it}"),
+            None => "no".into(),
+        };
+        s.push_str(&format!(
+            "| {} | {:.3} | {:.3} | {:.2} | {:.3} | {collapsed} |\n",
+            r.run, r.entropy, r.repetition, r.kl, r.task_reward
+        ));
+    }
+    s
 }
 
 fn samples_md(samples: &BTreeMap<String, Vec<String>>) -> String {
@@ -479,6 +560,45 @@ mod tests {
             rows: Vec::new(),
             last_samples: Vec::new(),
         }
+    }
+
+    fn with_entropies(mut r: Run, entropies: &[f64]) -> Run {
+        r.rows = entropies
+            .iter()
+            .enumerate()
+            .map(|(iteration, &entropy)| MetricRow {
+                iteration,
+                agent: "policy".into(),
+                role: "policy".into(),
+                task_reward: 0.0,
+                kl: 0.0,
+                beta: 0.3,
+                combined_reward: 0.0,
+                policy_loss: 0.0,
+                value_loss: 0.0,
+                entropy,
+                approxkl: 0.0,
+                clipfrac: 0.0,
+                response_len: 4.0,
+                pioneer_task_reward: 0.0,
+                pioneer_kl: 0.0,
+                repetition: 0.0,
+                reward_std: None,
+                frac_reward_zero_std: None,
+                seconds: 1.0,
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn a_run_has_collapsed_from_where_its_entropy_stays_low() {
+        let r = |e: &[f64]| with_entropies(run(Algo::Ppo, 0, 0.3), e).collapsed_from();
+        assert_eq!(r(&[3.5, 3.0, 0.4, 0.1, 0.0]), Some(2));
+        // A dip that recovers is not a collapse; a late one counts from where it stays.
+        assert_eq!(r(&[3.5, 0.2, 2.0, 0.3, 0.1]), Some(3));
+        assert_eq!(r(&[3.5, 0.2, 2.0, 3.1, 0.6]), None);
+        assert_eq!(r(&[]), None);
     }
 
     #[test]
