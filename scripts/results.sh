@@ -31,6 +31,18 @@ COMMON=(--adap-kl-ctrl false --use-score-norm true --use-score-scaling true
 # each (flex is mostly single-threaded, so this uses the cores better than one process).
 JOBS="${JOBS:-$(nproc)}"
 
+# A finished run's checkpoint holds its weights (3 GB per PPO run, 6 GB per CORY run here), which
+# no analysis reads: once a run has finished (summary.json written after its last checkpoint), its
+# checkpoints are deleted unless KEEP_CHECKPOINTS=1, so a whole sweep fits on a small disk.
+prune_finished() { # sweep root
+  [[ ${KEEP_CHECKPOINTS:-0} == 1 ]] && return
+  local s
+  for s in "$1"/*/summary.json; do
+    [[ -f $s && -d $(dirname "$s")/checkpoints ]] && rm -rf "$(dirname "$s")/checkpoints"
+  done
+  return 0
+}
+
 sweep() { # name, algos, β₀ list, seeds, then further sweep flags
   local name=$1 algos=$2 kls=$3 seeds=$4
   shift 4
@@ -43,6 +55,7 @@ sweep() { # name, algos, β₀ list, seeds, then further sweep flags
     if ((running >= JOBS)); then
       wait -n || failed=1
       running=$((running - 1))
+      prune_finished "$root"
     fi
     echo "results.sh: $name $a β₀=$k seed $s (log: $root/$a-kl$k-seed$s.log)"
     RAYON_NUM_THREADS=1 "$APP" sweep "${args[@]}" --algos "$a" --init-kl-coefs "$k" --seeds "$s" \
@@ -52,6 +65,7 @@ sweep() { # name, algos, β₀ list, seeds, then further sweep flags
   while ((running > 0)); do
     wait -n || failed=1
     running=$((running - 1))
+    prune_finished "$root"
   done
   if ((failed)); then
     echo "results.sh: a run of sweep $name failed or was interrupted (see its log); rerun to continue" >&2
