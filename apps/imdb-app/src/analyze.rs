@@ -392,13 +392,16 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
         repetition_tail,
         per_run: runs
             .iter()
-            .map(|r| RunTail {
-                run: r.name.clone(),
-                entropy: tail_rows(r, |x| x.entropy),
-                repetition: tail_rows(r, |x| x.repetition),
-                kl: tail_means(r).1,
-                task_reward: tail_means(r).0,
-                collapsed_from: r.collapsed_from(),
+            .map(|r| {
+                let (task_reward, kl) = tail_means(r);
+                RunTail {
+                    run: r.name.clone(),
+                    entropy: tail_rows(r, |x| x.entropy),
+                    repetition: tail_rows(r, |x| x.repetition),
+                    kl,
+                    task_reward,
+                    collapsed_from: r.collapsed_from(),
+                }
             })
             .collect(),
         samples: runs

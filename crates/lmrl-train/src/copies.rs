@@ -150,10 +150,7 @@ impl CopySpec {
                     let hidden = lmrl_models::CausalLm::hidden_size(&policy);
                     ValueHead::new(hidden, self.head, device)
                 });
-                let model = LmWithValueHead {
-                    lm: moved(policy, to),
-                    v_head: moved(v_head, to),
-                };
+                let model = moved(LmWithValueHead { lm: policy, v_head }, to);
                 Box::new(PpoAgent::new(model, self.ppo.clone(), on)?)
             }
             LearnerAlgo::Grpo => {
