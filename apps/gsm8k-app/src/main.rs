@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    lmrl_models::retain_freed_memory();
     let matches = gsm8k_app::cli::command().get_matches();
     match gsm8k_app::run(&matches) {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    lmrl_models::retain_freed_memory();
     let matches = imdb_app::cli::command().get_matches();
     match imdb_app::run(&matches) {
         Ok(code) => code,

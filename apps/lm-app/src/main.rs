@@ -123,6 +123,7 @@ struct GenerateArgs {
 }
 
 fn main() -> ExitCode {
+    lmrl_models::retain_freed_memory();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

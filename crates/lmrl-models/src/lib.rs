@@ -11,6 +11,8 @@
 //!   [`score_reference`]: TRL's `batched_forward_pass` at the response tokens.
 //! - [`LmWithValueHead`]: TRL's `AutoModelForCausalLMWithValueHead`; [`apply_lora`]: LoRA
 //!   adapters; [`LmTokenizer`]: GPT-2 BPE, `tokenizer.json` and GGUF vocabularies.
+//! - [`retain_freed_memory`]: what a CPU-backend program calls first in `main`, so that tensor
+//!   buffers are reused instead of page-faulted in anew each step.
 mod activation;
 pub mod attention;
 mod auto;
@@ -20,6 +22,7 @@ mod error;
 mod generation;
 pub mod gguf;
 mod gpt2;
+mod host_memory;
 mod layers;
 mod llama;
 mod lm;
@@ -39,6 +42,7 @@ pub use config::{Gpt2Config, LlamaConfig, ModelConfig};
 pub use error::{ModelError, Result};
 pub use generation::{Generation, generate, left_pad, validate_prompts};
 pub use gpt2::{Gpt2Attention, Gpt2Block, Gpt2LmHeadModel, Gpt2Mlp};
+pub use host_memory::retain_freed_memory;
 pub use layers::dense;
 pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, LlamaModel, Rope};
 pub use lm::{CausalLm, LmOutput, arange_positions, logits_at_every_position, validate_ids};
