@@ -27,9 +27,17 @@ struct Run {
     last_samples: Vec<String>,
 }
 
+/// What pairs a PPO run with a CORY run: the seed and β₀ (`init_kl_coef`'s bits), so that in a
+/// frontier sweep each seed is paired at each β₀.
+type Unit = (u64, u64);
+
 impl Run {
     fn cory(&self) -> bool {
         self.config.run.algo == Algo::Cory
+    }
+
+    fn unit(&self) -> Unit {
+        (self.config.run.seed, self.config.ppo.init_kl_coef.to_bits())
     }
 
     /// Per iteration, the mean over the run's copies of the plain-query (pioneer-format) task
@@ -142,7 +150,7 @@ fn read_last_samples(path: &Path) -> Vec<String> {
         .collect()
 }
 
-fn read_runs(dir: &Path) -> Result<Vec<Run>> {
+fn read_runs(dir: &Path, frontier: bool) -> Result<Vec<Run>> {
     let mut runs = Vec::new();
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
@@ -176,13 +184,17 @@ fn read_runs(dir: &Path) -> Result<Vec<Run>> {
             dir.display()
         );
     }
-    check_like_for_like(&runs)?;
+    check_like_for_like(&runs, frontier)?;
     Ok(runs)
 }
 
-/// The settings of a run without what the comparison varies (the algorithm and the seeds).
-fn compared_settings(config: &ImdbConfig) -> Result<toml::Table> {
+/// The settings of a run without what the comparison varies (the algorithm and the seeds, and
+/// for a frontier β₀).
+fn compared_settings(config: &ImdbConfig, frontier: bool) -> Result<toml::Table> {
     let mut c = config.clone();
+    if frontier {
+        c.ppo.init_kl_coef = 0.0;
+    }
     c.run.algo = Algo::Ppo;
     c.run.seed = 0;
     c.ppo.seed = 0;
@@ -194,11 +206,17 @@ fn compared_settings(config: &ImdbConfig) -> Result<toml::Table> {
 }
 
 /// Paired statistics are only meaningful between runs that differ in the algorithm and the
-/// seed alone; a directory that mixes, say, two β₀ (a frontier sweep) is refused.
-fn check_like_for_like(runs: &[Run]) -> Result<()> {
-    let first = compared_settings(&runs[0].config)?;
+/// seed alone (and β₀ with `frontier`); a directory that mixes, say, two β₀ is refused unless it
+/// is analysed as a frontier.
+fn check_like_for_like(runs: &[Run], frontier: bool) -> Result<()> {
+    let first = compared_settings(&runs[0].config, frontier)?;
+    let varied = if frontier {
+        "the algorithm, the seed and β₀"
+    } else {
+        "the algorithm and the seed (--frontier: also β₀)"
+    };
     for r in &runs[1..] {
-        let this = compared_settings(&r.config)?;
+        let this = compared_settings(&r.config, frontier)?;
         for (section, table) in &first {
             let other = this.get(section);
             if let (toml::Value::Table(a), Some(toml::Value::Table(b))) = (table, other)
@@ -206,7 +224,7 @@ fn check_like_for_like(runs: &[Run]) -> Result<()> {
             {
                 bail!(
                     "{} and {} differ in [{section}] {key} ({v} vs {}): analyze compares runs \
-                         that differ only in the algorithm and the seed",
+                         that differ only in {varied}",
                     runs[0].name,
                     r.name,
                     b.get(key).map_or("absent".into(), |x| x.to_string())
@@ -223,6 +241,9 @@ struct Report {
     runs: Vec<String>,
     seeds_ppo: Vec<u64>,
     seeds_cory: Vec<u64>,
+    /// The β₀ of a frontier analysis (PPO and CORY paired at each), empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    frontier_betas: Vec<f64>,
     tail: usize,
     smoothing: usize,
     /// CORY / PPO KL at matched task reward (exp of the algorithm coefficient of
@@ -272,7 +293,7 @@ fn label(cory: bool) -> &'static str {
     if cory { "cory" } else { "ppo" }
 }
 
-fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
+fn analyse(runs: &[Run], tail: usize, smoothing: usize, frontier: bool) -> Report {
     let (cory, ppo): (Vec<&Run>, Vec<&Run>) = runs.iter().partition(|r| r.cory());
     let points: Vec<RunPoints> = runs
         .iter()
@@ -299,14 +320,12 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
             t.iter().map(|p| p.2).sum::<f64>() / n,
         )
     };
-    let by_seed = |rs: &[&Run]| -> BTreeMap<u64, (f64, f64)> {
-        rs.iter()
-            .map(|r| (r.config.run.seed, tail_means(r)))
-            .collect()
+    let by_unit = |rs: &[&Run]| -> BTreeMap<Unit, (f64, f64)> {
+        rs.iter().map(|r| (r.unit(), tail_means(r))).collect()
     };
-    let (ps, cs) = (by_seed(&ppo), by_seed(&cory));
-    // (seed, PPO's (reward, KL), CORY's (reward, KL)) of each seed both ran.
-    type Pair = (u64, (f64, f64), (f64, f64));
+    let (ps, cs) = (by_unit(&ppo), by_unit(&cory));
+    // (unit, PPO's (reward, KL), CORY's (reward, KL)) of each seed and β₀ both ran.
+    type Pair = (Unit, (f64, f64), (f64, f64));
     let paired: Vec<Pair> = ps
         .iter()
         .filter_map(|(s, p)| cs.get(s).map(|c| (*s, *p, *c)))
@@ -366,8 +385,9 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
     let (l1, l2) = (llm("llm1"), llm("llm2"));
     Report {
         runs: runs.iter().map(|r| r.name.clone()).collect(),
-        seeds_ppo: ps.keys().copied().collect(),
-        seeds_cory: cs.keys().copied().collect(),
+        seeds_ppo: seeds(&ppo),
+        seeds_cory: seeds(&cory),
+        frontier_betas: if frontier { betas(runs) } else { Vec::new() },
         tail,
         smoothing,
         kl_ratio_matched: (!ppo.is_empty() && cory.len() + ppo.len() > 2)
@@ -412,6 +432,20 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize) -> Report {
     }
 }
 
+/// The distinct seeds of `runs`, ascending.
+fn seeds(runs: &[&Run]) -> Vec<u64> {
+    let s: std::collections::BTreeSet<u64> = runs.iter().map(|r| r.config.run.seed).collect();
+    s.into_iter().collect()
+}
+
+/// The distinct β₀ of `runs`, ascending.
+fn betas(runs: &[Run]) -> Vec<f64> {
+    let mut b: Vec<f64> = runs.iter().map(|r| r.config.ppo.init_kl_coef).collect();
+    b.sort_by(f64::total_cmp);
+    b.dedup();
+    b
+}
+
 fn fmt(i: &Option<Ival>) -> String {
     match i {
         Some(i) => format!("{:.3} [{:.3}, {:.3}]", i.estimate, i.low, i.high),
@@ -421,14 +455,18 @@ fn fmt(i: &Option<Ival>) -> String {
 
 fn markdown(r: &Report) -> String {
     let g = |m: &BTreeMap<&str, Ival>, k: &str| fmt(&m.get(k).copied());
+    let (betas, pairing) = match r.frontier_betas.as_slice() {
+        [] => (String::new(), "seed"),
+        b => (format!(", β₀ {b:?} pooled"), "seed and β₀"),
+    };
     format!(
         "| quantity (plain-query format, 95% interval over seeds) | value |\n|---|---|\n\
-         | runs | {} (PPO seeds {:?}, CORY seeds {:?}) |\n\
+         | runs | {} (PPO seeds {:?}, CORY seeds {:?}{betas}) |\n\
          | CORY / PPO KL at matched task reward (log-KL fit, smoothing {}) | {} |\n\
-         | PPO / CORY KL, last {} iterations, paired by seed | {} |\n\
+         | PPO / CORY KL, last {} iterations, paired by {pairing} | {} |\n\
          | task reward, last {} iterations: PPO | {} |\n\
          | task reward, last {} iterations: CORY | {} |\n\
-         | PPO − CORY task reward, paired by seed | {} |\n\
+         | PPO − CORY task reward, paired by {pairing} | {} |\n\
          | KL, last {} iterations: PPO | {} |\n\
          | KL, last {} iterations: CORY | {} |\n\
          | slope of r − β·KL per iteration: PPO | {} |\n\
@@ -534,8 +572,8 @@ fn curves(runs: &[Run], out: &Path) -> Result<()> {
 
 /// Runs the `analyze` command.
 pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
-    let runs = read_runs(&args.data)?;
-    let report = analyse(&runs, args.tail, args.smoothing);
+    let runs = read_runs(&args.data, args.frontier)?;
+    let report = analyse(&runs, args.tail, args.smoothing, args.frontier);
     let out = args.out.clone().unwrap_or_else(|| args.data.clone());
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let md = markdown(&report);
@@ -544,7 +582,10 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         &out.join("analysis.json"),
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
-    curves(&runs, &out)?;
+    // A frontier's mean curves would average over β₀; the sweep plots them per β₀.
+    if !args.frontier {
+        curves(&runs, &out)?;
+    }
     print!("{md}");
     Ok(ExitCode::SUCCESS)
 }
@@ -609,12 +650,56 @@ mod tests {
     #[test]
     fn runs_that_differ_in_more_than_algorithm_and_seed_are_refused() {
         let same = [run(Algo::Ppo, 0, 0.3), run(Algo::Cory, 1, 0.3)];
-        assert!(check_like_for_like(&same).is_ok());
+        assert!(check_like_for_like(&same, false).is_ok());
         let mixed = [run(Algo::Ppo, 0, 0.3), run(Algo::Ppo, 1, 1.0)];
-        let e = check_like_for_like(&mixed).unwrap_err().to_string();
+        let e = check_like_for_like(&mixed, false).unwrap_err().to_string();
         assert!(
             e.contains("[ppo] init_kl_coef") && e.contains("ppo-kl1-seed1"),
             "{e}"
         );
+        // A frontier admits β₀ but nothing else.
+        assert!(check_like_for_like(&mixed, true).is_ok());
+        let mut other = run(Algo::Ppo, 1, 1.0);
+        other.config.ppo.learning_rate *= 2.0;
+        let e = check_like_for_like(&[run(Algo::Ppo, 0, 0.3), other], true).unwrap_err();
+        assert!(e.to_string().contains("[ppo] learning_rate"), "{e}");
+    }
+
+    /// A run whose plain-query reward and KL are `reward` and `kl` at every iteration.
+    fn constant(algo: Algo, seed: u64, beta: f64, reward: f64, kl: f64) -> Run {
+        let mut r = with_entropies(run(algo, seed, beta), &[3.0; 4]);
+        for row in &mut r.rows {
+            row.pioneer_task_reward = reward;
+            row.pioneer_kl = kl;
+        }
+        r
+    }
+
+    #[test]
+    fn a_frontier_pairs_each_seed_at_each_beta() {
+        // CORY's KL is half PPO's at every β₀, at a reward that differs by β₀ and seed alone.
+        let mut runs = Vec::new();
+        for (beta, reward, kl) in [(0.1, 1.0, 8.0), (1.0, 0.2, 1.0)] {
+            for seed in [0, 1] {
+                let r = reward + 0.1 * seed as f64;
+                runs.push(constant(Algo::Ppo, seed, beta, r, kl));
+                runs.push(constant(Algo::Cory, seed, beta, r, kl / 2.0));
+            }
+        }
+        let report = analyse(&runs, 2, 1, true);
+        assert_eq!(report.frontier_betas, vec![0.1, 1.0]);
+        assert_eq!(report.seeds_ppo, vec![0, 1]);
+        // Four pairs, each PPO/CORY = 2, and no reward gap; paired by seed alone, the two β₀
+        // of a seed would collide and leave one pair per seed.
+        let paired = report.kl_ratio_paired_ppo_over_cory.expect("four pairs");
+        assert!((paired.estimate - 2.0).abs() < 1e-9, "{paired:?}");
+        let gap = report.reward_gap_ppo_minus_cory.expect("four pairs");
+        assert!(
+            gap.estimate.abs() < 1e-12 && gap.high - gap.low < 1e-9,
+            "{gap:?}"
+        );
+        let matched = report.kl_ratio_matched.expect("a fit");
+        assert!((matched.estimate - 0.5).abs() < 1e-9, "{matched:?}");
+        assert!(markdown(&report).contains("paired by seed and β₀"));
     }
 }

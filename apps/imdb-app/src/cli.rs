@@ -55,6 +55,10 @@ pub struct AnalyzeArgs {
     /// Moving-average window over iterations for the matched-reward fit.
     #[arg(long, default_value_t = 5)]
     pub smoothing: usize,
+    /// The runs also differ in β₀ (a reward–KL frontier sweep): the matched-reward fit pools
+    /// every β₀, paired statistics pair PPO and CORY by seed and β₀, no mean curves are drawn.
+    #[arg(long)]
+    pub frontier: bool,
 }
 
 /// A training run: its settings and where it lives.
