@@ -121,27 +121,30 @@ pub fn default_stop_strings() -> Vec<String> {
     vec!["Question:".into()]
 }
 
-/// The group learners' learning rate. Measured on SmolLM2-135M, 8 iterations of 4 questions ×
+/// The learning rate of every algorithm. Measured on SmolLM2-135M, 8 iterations of 4 questions ×
 /// 8 samples, greedy pass@1 on 200 held-out ASDiv questions (base 0.120): 1e-5 ends at 0.010
 /// (temperature 1) and 0.020 (temperature 0.5) with responses shrunk to 1–5 tokens — one
 /// informative group in a few iterations, then Adam's momentum keeps stepping while every
 /// group scores the same; 2e-6 at temperature 0.5 ends at 0.135 (docs/gsm8k-app.md).
-const GROUP_LEARNING_RATE: f64 = 2e-6;
+const LEARNING_RATE: f64 = 2e-6;
 
-/// The group learners' sampling temperature (their log-probabilities are tempered alike): at
-/// 1.0 the 135M model's samples are mostly noise (1 correct in 32), at 0.5 solved questions get
-/// correct samples more often, so groups hold both rewards.
-const GROUP_TEMPERATURE: f32 = 0.5;
+/// The sampling temperature of every algorithm (the group learners' log-probabilities are
+/// tempered alike; PPO's are the untempered policy's, as TRL's): at 1.0 the 135M model's samples
+/// are mostly noise (1 correct in 32), at 0.5 solved questions get correct samples more often,
+/// so groups and batches hold both rewards.
+const TEMPERATURE: f32 = 0.5;
 
 impl Gsm8kConfig {
     /// The default run of `algo`.
     ///
-    /// PPO and CORY: the paper's GSM8K settings (Table 2: lr PPO 1e-5, CORY 1e-4; β₀ 0.01;
-    /// batch / minibatch / accumulation 32 / 2 / 16, here 8 / 2 / 4 so one Adam step per PPO
-    /// epoch), the 0/1 (PPO) or 0/1/2 (CORY) reward fed as it is. GRPO and RLOO (and CORY's
-    /// copies with `--cory-learner grpo|rloo`): `[grpo]` / `[rloo]`, sized for a run of
-    /// ≈ 30 minutes on a 2-core CPU, with the learning rate and temperature that kept held-out
-    /// pass@1 from falling (docs/gsm8k-app.md).
+    /// PPO and CORY: the paper's GSM8K settings (Table 2: β₀ 0.01; batch / minibatch /
+    /// accumulation 32 / 2 / 16, here 8 / 2 / 4 so one Adam step per PPO epoch), the 0/1 (PPO)
+    /// or 0/1/2 (CORY) reward fed as it is, but not its learning rates (PPO 1e-5, CORY 1e-4):
+    /// at those a 135M model's responses shrink to one token within 6 iterations. Here every
+    /// algorithm samples at temperature 0.5 and learns at 2e-6, and PPO skips the update of a
+    /// batch whose rewards are all equal (`skip_equal_scores`), which otherwise shortens the
+    /// responses too. GRPO and RLOO (and CORY's copies with `--cory-learner grpo|rloo`):
+    /// `[grpo]` / `[rloo]`, sized for a run of ≈ 30 minutes on a 2-core CPU (docs/gsm8k-app.md).
     pub fn for_algo(algo: Algo) -> Self {
         let (batch, mini, gen_batch) = (8, 2, 8);
         let group = |g: usize, prompts: usize, mini: usize| (g, prompts, mini, prompts * g / mini);
@@ -169,10 +172,7 @@ impl Gsm8kConfig {
                 samples_every: 1,
             },
             ppo: PpoConfig {
-                learning_rate: match algo {
-                    Algo::Cory => 1e-4,
-                    _ => 1e-5,
-                },
+                learning_rate: LEARNING_RATE,
                 batch_size: batch,
                 mini_batch_size: mini,
                 gradient_accumulation_steps: batch / mini,
@@ -181,10 +181,11 @@ impl Gsm8kConfig {
                 init_kl_coef: 0.01,
                 use_score_scaling: false,
                 use_score_norm: false,
+                skip_equal_scores: true,
                 ..PpoConfig::default()
             },
             grpo: GrpoConfig {
-                learning_rate: GROUP_LEARNING_RATE,
+                learning_rate: LEARNING_RATE,
                 num_generations: g,
                 prompts_per_step: prompts,
                 mini_batch_size: gmini,
@@ -194,7 +195,7 @@ impl Gsm8kConfig {
                 ..GrpoConfig::default()
             },
             rloo: RlooConfig {
-                learning_rate: GROUP_LEARNING_RATE,
+                learning_rate: LEARNING_RATE,
                 num_generations: g,
                 prompts_per_step: prompts,
                 mini_batch_size: gmini,
@@ -214,11 +215,7 @@ impl Gsm8kConfig {
                 prompt_style: PromptStyle::OneShot,
                 max_new_tokens,
                 stop_strings: default_stop_strings(),
-                temperature: match algo {
-                    Algo::Grpo | Algo::Rloo => GROUP_TEMPERATURE,
-                    // PPO scores with the untempered policy, so it samples from it (TRL).
-                    Algo::Ppo | Algo::Cory => 1.0,
-                },
+                temperature: TEMPERATURE,
                 repetition_penalty: 1.0,
                 eval_limit: 64,
                 eval_k: 1,
@@ -352,8 +349,13 @@ mod tests {
             let back: Gsm8kConfig = toml::from_str(&lmrl_train::to_toml(&c)).unwrap();
             assert_eq!(back, c);
         }
-        assert_eq!(Gsm8kConfig::for_algo(Algo::Cory).ppo.learning_rate, 1e-4);
-        assert_eq!(Gsm8kConfig::for_algo(Algo::Ppo).ppo.learning_rate, 1e-5);
+        // One learning rate and temperature for all: PPO's and CORY's too (not the paper's).
+        for algo in [Algo::Ppo, Algo::Cory] {
+            let c = Gsm8kConfig::for_algo(algo);
+            assert_eq!(c.ppo.learning_rate, c.grpo.learning_rate);
+            assert_eq!(c.gsm8k.temperature, 0.5);
+            assert!(c.ppo.skip_equal_scores);
+        }
     }
 
     #[test]

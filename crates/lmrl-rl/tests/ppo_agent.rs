@@ -116,6 +116,47 @@ fn one_step_changes_parameters_and_lowers_the_loss() {
 }
 
 #[test]
+fn a_batch_of_equal_scores_is_measured_but_not_trained_on_when_asked() {
+    let (q, y, varied) = batch();
+    let equal = vec![0.0; 4];
+    // One draw of the value head for every agent below (other tests seed the same device RNG).
+    let (policy, reference, ad) = models();
+    let before = snapshot(&policy);
+    let skipping = PpoConfig {
+        skip_equal_scores: true,
+        ppo_epochs: 2,
+        ..cfg()
+    };
+    let plain = PpoConfig {
+        ppo_epochs: 2,
+        ..cfg()
+    };
+    let step = |config: &PpoConfig, scores: &[f32]| {
+        let mut agent = PpoAgent::new(policy.clone(), config.clone(), &ad).unwrap();
+        let beta = agent.kl_coef();
+        let stats = agent.step(&q, &y, scores, &reference).unwrap();
+        assert_eq!(agent.steps(), 1);
+        (snapshot(agent.model()), stats, beta)
+    };
+    // Equal scores with the option: no weight moves, no Adam step, but the batch is measured
+    // (the loss statistics of one pass) and counts as a step for β.
+    let (after, stats, beta) = step(&skipping, &equal);
+    assert_eq!(after, before);
+    assert_eq!(stats.optimizer_steps, 0);
+    assert!(stats.train.policy_entropy > 0.0, "{:?}", stats.train);
+    assert!(stats.train.loss_value > 0.0, "{:?}", stats.train);
+    assert!(stats.kl_coef_next < beta);
+    // Without it (TRL) the same batch is trained on: the whitened advantages are not zero.
+    let (after, stats, _) = step(&plain, &equal);
+    assert_eq!(stats.optimizer_steps, 2);
+    assert_ne!(after, before);
+    // Scores that differ are trained on with the option exactly as without it.
+    let (with_option, stats, _) = step(&skipping, &varied);
+    assert_eq!(stats.optimizer_steps, 2);
+    assert_eq!(with_option, step(&plain, &varied).0);
+}
+
+#[test]
 fn kl_of_a_policy_with_itself_is_zero() {
     let (policy, reference, ad) = models();
     let (q, y, _) = batch();

@@ -411,7 +411,8 @@ impl<M: CausalLm> PpoAgent<M> {
     /// 3. `compute_rewards`, then `compute_advantages` (GAE and whitening);
     /// 4. `ppo_epochs` × seeded permutation × backward batches of
     ///    `mini_batch_size·gradient_accumulation_steps`: [`PpoAgent::train_minibatch`] per
-    ///    minibatch, then optional global-norm clipping and one Adam step per backward batch;
+    ///    minibatch, then optional global-norm clipping and one Adam step per backward batch
+    ///    (with `skip_equal_scores` and all raw scores equal: one pass, no Adam step);
     /// 5. `record_step_stats`, and the KL controller update with `objective/kl` and
     ///    `batch_size`.
     ///
@@ -461,10 +462,16 @@ impl<M: CausalLm> PpoAgent<M> {
         // The minibatch order of this step: a generator derived from (seed, steps since
         // seeding), so that a restored agent draws the same permutations.
         let mut rng = StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
+        // Every rank sees the global scores, so all of them take the same decision.
+        let update =
+            !(self.config.skip_equal_scores && raw_scores.iter().all(|&s| s == raw_scores[0]));
         for _epoch in 0..self.config.ppo_epochs {
             inds.shuffle(&mut rng);
             for bb in inds.chunks(self.config.backward_batch_size()) {
-                self.train_backward_batch(queries, responses, &targets, bb, &mut train)?;
+                self.train_backward_batch(queries, responses, &targets, bb, &mut train, update)?;
+            }
+            if !update {
+                break;
             }
         }
 
@@ -558,7 +565,8 @@ impl<M: CausalLm> PpoAgent<M> {
     /// of `mini_batch_size`, gradients summed (accelerate's accumulation), optional global-norm
     /// clipping, one Adam step. Data parallel, `bb` are global sample indices: each rank trains
     /// on its own samples of every minibatch and the gradients are summed over the ranks before
-    /// the clipping.
+    /// the clipping. Without `update` the minibatches are only measured (their statistics
+    /// recorded, the gradients dropped).
     fn train_backward_batch(
         &mut self,
         queries: &[Vec<u32>],
@@ -566,6 +574,7 @@ impl<M: CausalLm> PpoAgent<M> {
         targets: &Targets,
         bb: &[usize],
         train: &mut TrainStats,
+        update: bool,
     ) -> Result<()> {
         let mut accum = GradientsAccumulator::<LmWithValueHead<M>>::new();
         if self.parallel() {
@@ -589,6 +598,9 @@ impl<M: CausalLm> PpoAgent<M> {
                 let grads = self.train_minibatch(queries, responses, targets, mb, train)?;
                 accum.accumulate(&self.model, grads);
             }
+        }
+        if !update {
+            return Ok(());
         }
         let mut grads = all_reduce_grads(&*self.collective, &self.model, accum.grads())?;
         if let Some(max_norm) = self.config.max_grad_norm {

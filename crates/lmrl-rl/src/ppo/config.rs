@@ -89,6 +89,14 @@ pub struct PpoConfig {
     /// Clip the global gradient L2 norm (PyTorch `clip_grad_norm_`), `None` = off (`max_grad_norm`).
     #[cfg_attr(feature = "cli", arg(long))]
     pub max_grad_norm: Option<f32>,
+    /// Leave the weights alone in a step whose raw scores are all equal (not in TRL, which
+    /// always updates). Such a batch carries no task signal, yet the whitened advantages have
+    /// unit scale whatever the rewards are: their only systematic part is then the per-token
+    /// KL penalty, which is smaller for shorter responses, so with a sparse 0/1 reward the
+    /// zero-reward batches shrink the responses towards an immediate EOS. A skipped step still
+    /// measures its batch (one pass of minibatches, no optimiser step) and counts for β.
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
+    pub skip_equal_scores: bool,
     /// Seed of the minibatch permutations (an app sets it from its run seed).
     #[cfg_attr(feature = "cli", arg(skip))]
     pub seed: u64,
@@ -128,6 +136,7 @@ impl Default for PpoConfig {
             score_clip: None,
             whiten_rewards: false,
             max_grad_norm: None,
+            skip_equal_scores: false,
             seed: 0,
             adam_beta1: 0.9,
             adam_beta2: 0.999,
