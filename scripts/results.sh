@@ -115,6 +115,6 @@ if [[ $what == lr || $what == all ]]; then
 fi
 if [[ $what == bounded || $what == all ]]; then
   # The bounded reward P(POS) instead of the unbounded POS − NEG logit, 3 seeds.
-  sweep bounded cory,ppo 0.3 0,1,2 --iterations "$ITERS" --learning-rate "$LR" --reward textcat-prob
+  sweep bounded ppo,cory 0.3 0,1,2 --iterations "$ITERS" --learning-rate "$LR" --reward textcat-prob
 fi
 echo "results: docs/results/"
