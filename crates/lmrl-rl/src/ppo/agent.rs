@@ -565,8 +565,8 @@ impl<M: CausalLm> PpoAgent<M> {
     /// of `mini_batch_size`, gradients summed (accelerate's accumulation), optional global-norm
     /// clipping, one Adam step. Data parallel, `bb` are global sample indices: each rank trains
     /// on its own samples of every minibatch and the gradients are summed over the ranks before
-    /// the clipping. Without `update` the minibatches are only measured (their statistics
-    /// recorded, the gradients dropped).
+    /// the clipping. Without `update` the minibatches are only measured (their forward and
+    /// statistics, no backward).
     fn train_backward_batch(
         &mut self,
         queries: &[Vec<u32>],
@@ -587,16 +587,17 @@ impl<M: CausalLm> PpoAgent<M> {
                     .filter(|i| local.contains(i))
                     .map(|i| i - local.start)
                     .collect();
-                if let Some(grads) =
-                    self.train_minibatch_shard(queries, responses, targets, &mine, train)?
-                {
-                    accum.accumulate(&self.model, grads);
+                let loss = self.train_minibatch_shard(queries, responses, targets, &mine, train)?;
+                if let Some(loss) = loss.filter(|_| update) {
+                    accum.accumulate(&self.model, self.gradients(loss));
                 }
             }
         } else {
             for mb in bb.chunks(self.config.mini_batch_size) {
-                let grads = self.train_minibatch(queries, responses, targets, mb, train)?;
-                accum.accumulate(&self.model, grads);
+                let loss = self.train_minibatch(queries, responses, targets, mb, train)?;
+                if update {
+                    accum.accumulate(&self.model, self.gradients(loss));
+                }
             }
         }
         if !update {
@@ -612,9 +613,14 @@ impl<M: CausalLm> PpoAgent<M> {
         Ok(())
     }
 
+    /// The gradients of a minibatch's loss (accelerate's `backward`).
+    fn gradients(&self, loss: Tensor<1>) -> GradientsParams {
+        GradientsParams::from_grads(loss.backward(), &self.model)
+    }
+
     /// TRL `train_minibatch` up to the backward: the training forward of the samples `mb`
-    /// (dropout off, logits only at the response tokens), TRL's `loss`, and the gradients of
-    /// loss ÷ `gradient_accumulation_steps` (what accelerate's `backward` does).
+    /// (dropout off, logits only at the response tokens), TRL's `loss` with its statistics
+    /// recorded, returned ÷ `gradient_accumulation_steps` (what accelerate's `backward` sees).
     fn train_minibatch(
         &self,
         queries: &[Vec<u32>],
@@ -622,7 +628,7 @@ impl<M: CausalLm> PpoAgent<M> {
         targets: &Targets,
         mb: &[usize],
         train: &mut TrainStats,
-    ) -> Result<GradientsParams> {
+    ) -> Result<Tensor<1>> {
         let q: Vec<Vec<u32>> = mb.iter().map(|&i| queries[i].clone()).collect();
         let y: Vec<Vec<u32>> = mb.iter().map(|&i| responses[i].clone()).collect();
         let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
@@ -665,17 +671,16 @@ impl<M: CausalLm> PpoAgent<M> {
         }
         train.loss.push(&out.stats);
         let gas = self.config.gradient_accumulation_steps;
-        let loss = if gas > 1 {
+        Ok(if gas > 1 {
             out.loss.div_scalar(gas as f32)
         } else {
             out.loss
-        };
-        Ok(GradientsParams::from_grads(loss.backward(), &self.model))
+        })
     }
 
     /// Data parallel [`PpoAgent::train_minibatch`] on this rank's samples `mb` (local indices)
     /// of a global minibatch: a rank holding none of its samples still takes part in the
-    /// minibatch's reduction, and contributes no gradient.
+    /// minibatch's reduction, and contributes no loss.
     fn train_minibatch_shard(
         &self,
         queries: &[Vec<u32>],
@@ -683,7 +688,7 @@ impl<M: CausalLm> PpoAgent<M> {
         targets: &Targets,
         mb: &[usize],
         train: &mut TrainStats,
-    ) -> Result<Option<GradientsParams>> {
+    ) -> Result<Option<Tensor<1>>> {
         if mb.is_empty() {
             let (_, stats, skipped) = self.reduce_minibatch(None)?;
             if skipped {
