@@ -3,7 +3,13 @@
 //! `PPOTrainer.step`): batch 8, query 16 + response 32 tokens, full-vocabulary KL, 4 PPO
 //! epochs, minibatch 8, lr 1.41e-5.
 //!
-//! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH] [--reps N]`
+//! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH] [--reps N]
+//! [--batch B] [--query-len Q] [--response-len R] [--only ppo|cory]`
+//! (defaults: batch 8, query 16, response 32, both). Minibatches hold at most 8 samples, with
+//! gradients accumulated over the batch (one Adam step per PPO epoch, as the apps run PPO), so
+//! the cost of larger batches is the cost of more samples, not of larger tensors;
+//! `--only` measures one of the two, so `peak_rss_mib` is that one's peak
+//! (`scripts/bench-scaling.sh` runs the grid of docs/benchmarks.md's scaling table).
 //! Without `--model` the policy is GPT-2 small with random weights (speed does not depend on
 //! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
 //! Prints one JSON line: step seconds (median), generation seconds, the median of whole
@@ -22,9 +28,16 @@ use lmrl_models::{
 use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, EnvError, PpoAgent, PpoConfig, Prompt};
 
-const BATCH: usize = 8;
-const QUERY: usize = 16;
-const RESPONSE: usize = 32;
+/// Samples per minibatch and per forward chunk (the batch is split into chunks of this size).
+const MINIBATCH: usize = 8;
+
+/// What to measure: `--only ppo`, `--only cory`, or both (no flag).
+#[derive(Clone, Copy, PartialEq)]
+enum Only {
+    Ppo,
+    Cory,
+    Both,
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // As the apps do: reuse freed tensor buffers instead of faulting them in anew.
@@ -33,6 +46,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = flag(&args, "--model").map(PathBuf::from);
     let reps: usize = flag(&args, "--reps").map_or(Ok(3), |s| s.parse())?;
     let compare_sequential = args.iter().any(|a| a == "--compare-sequential");
+    let size = |name: &str, default| {
+        flag(&args, name).map_or(Ok(default), |s| {
+            s.parse::<usize>().map_err(|e| {
+                format!("{name}: expected a number of samples or tokens, got `{s}` ({e})")
+            })
+        })
+    };
+    let (batch, query, response) = (
+        size("--batch", 8)?,
+        size("--query-len", 16)?,
+        size("--response-len", 32)?,
+    );
+    let mini = batch.min(MINIBATCH);
+    if batch == 0 || batch % mini != 0 || query == 0 || response == 0 {
+        return Err(format!(
+            "--batch must be ≤ {MINIBATCH} or a multiple of {MINIBATCH}, and every size positive \
+             (got batch {batch}, query {query}, response {response})"
+        )
+        .into());
+    }
+    let only = match flag(&args, "--only").as_deref() {
+        None => Only::Both,
+        Some("ppo") => Only::Ppo,
+        Some("cory") => Only::Cory,
+        Some(x) => return Err(format!("--only: expected `ppo` or `cory`, got `{x}`").into()),
+    };
 
     let plain = Device::flex();
     plain.seed(0);
@@ -54,8 +93,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let vocab = reference.config().vocab_size();
     let policy = LmWithValueHead::new(policy_lm, ValueHeadInit::Default, &ad);
     let cfg = PpoConfig {
-        batch_size: BATCH,
-        mini_batch_size: BATCH,
+        batch_size: batch,
+        mini_batch_size: mini,
+        gradient_accumulation_steps: batch / mini,
+        forward_batch_size: Some(mini),
         ppo_epochs: 4,
         init_kl_coef: 0.3,
         use_score_norm: false,
@@ -63,14 +104,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..PpoConfig::default()
     };
     let mut agent = PpoAgent::new(policy, cfg.clone(), &ad)?;
-    let queries = ids(BATCH, QUERY, vocab, 1);
-    let responses = ids(BATCH, RESPONSE, vocab, 2);
-    let long_queries = ids(BATCH, 3 * QUERY + RESPONSE, vocab, 3);
-    let scores: Vec<f32> = (0..BATCH).map(|i| i as f32 / BATCH as f32 - 0.5).collect();
+    let queries = ids(batch, query, vocab, 1);
+    let responses = ids(batch, response, vocab, 2);
+    let long_queries = ids(batch, 3 * query + response, vocab, 3);
+    let scores: Vec<f32> = (0..batch).map(|i| i as f32 / batch as f32 - 0.5).collect();
 
     let gen_cfg = GenerationConfig {
         sampling: Sampling::pure(),
-        max_new_tokens: RESPONSE,
+        max_new_tokens: response,
         repetition_penalty: 1.0,
         eos_token_id: None,
         pad_token_id: 0,
@@ -81,7 +122,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut step_s = Vec::new();
     let mut obs_step_s = Vec::new();
     let mut gen_s = Vec::new();
-    for rep in 0..=reps {
+    for rep in (0..=reps).filter(|_| only != Only::Cory) {
         let t = Instant::now();
         agent.generate(&queries, &gen_cfg)?;
         let g = t.elapsed().as_secs_f64();
@@ -128,7 +169,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     let mut cory_runs = vec![(true, Vec::new())];
-    if compare_sequential {
+    if only == Only::Ppo {
+        cory_runs.clear();
+    } else if compare_sequential {
         cory_runs.push((false, Vec::new()));
     }
     let mut observer_len = 0;
@@ -166,13 +209,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = serde_json::json!({
         "model": name,
         "backend": "flex",
-        "batch": BATCH, "query_len": QUERY, "response_len": RESPONSE, "ppo_epochs": 4,
+        "batch": batch, "query_len": query, "response_len": response, "ppo_epochs": 4,
+        "mini_batch_size": mini,
         "ppo_step_secs_median": s,
         "ppo_step_secs": step_s,
         "generation_secs_median": g,
         "ppo_iteration_secs": g + s,
-        "cory_iteration_secs": median(&cory_runs[0].1),
-        "cory_iteration_secs_all": cory_runs[0].1,
+        "cory_iteration_secs": cory_runs.first().map(|r| median(&r.1)),
+        "cory_iteration_secs_all": cory_runs.first().map(|r| &r.1),
         "cory_sequential_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
         "cory_observer_prompt_len": observer_len,
         "observer_step_secs_median": o,
