@@ -8,7 +8,8 @@
 //! (defaults: batch 8, query 16, response 32, both). Minibatches hold at most 8 samples, with
 //! gradients accumulated over the batch (one Adam step per PPO epoch, as the apps run PPO), so
 //! the cost of larger batches is the cost of more samples, not of larger tensors;
-//! `--only` measures one of the two, so `peak_rss_mib` is that one's peak
+//! `--only` measures one of the two (`ppo`: generation and step, without the observer-shaped
+//! step), so `peak_rss_mib` is that one's peak
 //! (`scripts/bench-scaling.sh` runs the grid of docs/benchmarks.md's scaling table).
 //! Without `--model` the policy is GPT-2 small with random weights (speed does not depend on
 //! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
@@ -129,9 +130,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         agent.step(&queries, &responses, &scores, &reference)?;
         let s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        agent.step(&long_queries, &responses, &scores, &reference)?;
-        let o = t.elapsed().as_secs_f64();
+        // The observer-shaped step is compared with TRL's step at query 80; a PPO iteration
+        // (`--only ppo`) does not contain it.
+        let o = if only == Only::Ppo {
+            f64::NAN
+        } else {
+            let t = Instant::now();
+            agent.step(&long_queries, &responses, &scores, &reference)?;
+            t.elapsed().as_secs_f64()
+        };
         if rep > 0 {
             // The first round warms caches and allocators.
             gen_s.push(g);

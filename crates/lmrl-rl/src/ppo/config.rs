@@ -94,7 +94,8 @@ pub struct PpoConfig {
     /// unit scale whatever the rewards are: their only systematic part is then the per-token
     /// KL penalty, which is smaller for shorter responses, so with a sparse 0/1 reward the
     /// zero-reward batches shrink the responses towards an immediate EOS. A skipped step still
-    /// measures its batch (one pass of minibatches, no optimiser step) and counts for β.
+    /// measures its batch (one forward pass of minibatches, no backward, no optimiser step) and
+    /// counts for β.
     #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub skip_equal_scores: bool,
     /// Seed of the minibatch permutations (an app sets it from its run seed).
