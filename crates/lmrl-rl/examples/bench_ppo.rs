@@ -123,7 +123,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut step_s = Vec::new();
     let mut obs_step_s = Vec::new();
     let mut gen_s = Vec::new();
-    for rep in (0..=reps).filter(|_| only != Only::Cory) {
+    // `--only cory` skips this loop (no PPO rounds).
+    let ppo_rounds = if only == Only::Cory { 0 } else { reps + 1 };
+    for rep in 0..ppo_rounds {
         let t = Instant::now();
         agent.generate(&queries, &gen_cfg)?;
         let g = t.elapsed().as_secs_f64();
