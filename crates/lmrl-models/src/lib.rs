@@ -57,8 +57,8 @@ pub use sampling::{
     presence_mask, process_logits, row_seed, top_k_filter, top_p_filter,
 };
 pub use scoring::{
-    QueryResponseBatch, RefScored, Scored, response_logprobs, response_values, score,
-    score_reference,
+    QueryResponseBatch, RefScored, Scored, response_hidden_states, response_logprobs,
+    response_values, score, score_reference,
 };
 pub use tensors::{RawTensor, TensorMap};
 pub use tokenizer::{GPT2_EOS, LmTokenizer};

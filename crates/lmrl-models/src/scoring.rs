@@ -12,7 +12,9 @@ use burn::module::Module;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
+use crate::generation::left_pad;
 use crate::lm::{CausalLm, arange_positions};
 use crate::value_head::LmWithValueHead;
 
@@ -27,8 +29,11 @@ pub struct QueryResponseBatch {
     pub query_lens: Vec<usize>,
     /// `|y_b|` per row (≥ 1).
     pub response_lens: Vec<usize>,
-    /// The response ids per row (host copy, for the gather).
+    /// The query and response ids per row (host copies, for the gather and the shared-query
+    /// forward).
+    queries: Vec<Vec<u32>>,
     responses: Vec<Vec<u32>>,
+    pad_id: u32,
     seq_len: usize,
 }
 
@@ -80,7 +85,9 @@ impl QueryResponseBatch {
             attention_mask: Tensor::from_data(TensorData::new(mask, [b, seq_len]), device),
             query_lens: queries.iter().map(Vec::len).collect(),
             response_lens: responses.iter().map(Vec::len).collect(),
+            queries: queries.to_vec(),
             responses: responses.to_vec(),
+            pad_id,
             seq_len,
         })
     }
@@ -217,6 +224,96 @@ pub fn response_logprobs<M: CausalLm>(
         Tensor::<2, Int>::from_data(TensorData::new(batch.response_ids(), [b * t, 1]), &device);
     let logprobs = ls.clone().gather(1, ids).reshape([b, t]) * batch.response_mask(&device);
     (logprobs, ls.reshape([b, t, v]))
+}
+
+/// `[B, T, H]` hidden states at the positions that predict the response tokens (entry `t` of
+/// row `b` predicts `y_b[t]`; entries `t ≥ |y_b|` are padding, for the caller to mask), with
+/// each distinct query run through `model` once.
+///
+/// A group learner's batch holds each prompt G times. Its distinct queries go through the
+/// model left-padded into a [`KvCache`]; the cache rows are then repeated for the completions
+/// that share them (a `select`, whose backward sums those completions' gradients into the
+/// shared query, as the full forward would), and the responses run on top of the cache. For
+/// G = 8 and a 100-token prompt this is most of a training forward and backward saved. It is
+/// the same function as the right-padded `[q; y]` forward of TRL (masked keys weigh exactly 0,
+/// positions are each row's own), equal up to float rounding; a batch without a repeated query
+/// takes that forward itself. Runs on `device` (autodiff or not, as the caller needs).
+pub fn response_hidden_states<M: CausalLm>(
+    model: &M,
+    batch: &QueryResponseBatch,
+    device: &Device,
+) -> Tensor<3> {
+    let (distinct, of_row) = distinct_rows(&batch.queries);
+    if distinct.len() == batch.batch_size() {
+        return full_forward_at_responses(model, batch, device);
+    }
+    let (b, t) = (batch.batch_size(), batch.max_response_len());
+    let (ids, mask, pos) = left_pad(&distinct, batch.pad_id, device);
+    let mut cache = KvCache::default();
+    let hidden = model.hidden_states(ids, pos, mask.clone(), Some(&mut cache));
+    let lq = hidden.dims()[1];
+    let rows = Tensor::<1, Int>::from_data(TensorData::new(of_row, [b]), device);
+    // The last query position predicts the first response token.
+    let first = hidden.narrow(1, lq - 1, 1).select(0, rows.clone()); // [B, 1, H]
+    if t == 1 {
+        return first;
+    }
+    cache.select_rows(rows.clone());
+    // Every response token but the last is an input (the last predicts nothing).
+    let (mut r_ids, mut r_mask, mut r_pos) = (Vec::new(), Vec::new(), Vec::new());
+    for (y, &q) in batch.responses.iter().zip(&batch.query_lens) {
+        for k in 0..t - 1 {
+            let real = k + 1 < y.len();
+            r_ids.push(if real {
+                i64::from(y[k])
+            } else {
+                i64::from(batch.pad_id)
+            });
+            r_mask.push(i64::from(real));
+            r_pos.push(if real { (q + k) as i64 } else { 0 });
+        }
+    }
+    let make = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [b, t - 1]), device);
+    let full_mask = Tensor::cat(vec![mask.select(0, rows), make(r_mask)], 1);
+    let rest = model.hidden_states(make(r_ids), make(r_pos), full_mask, Some(&mut cache));
+    Tensor::cat(vec![first, rest], 1)
+}
+
+/// The distinct rows in order of first appearance, and each row's index among them.
+pub(crate) fn distinct_rows(rows: &[Vec<u32>]) -> (Vec<Vec<u32>>, Vec<i64>) {
+    let mut seen = std::collections::HashMap::<&[u32], i64>::new();
+    let mut distinct = Vec::new();
+    let of_row = rows
+        .iter()
+        .map(|r| {
+            *seen.entry(r.as_slice()).or_insert_with(|| {
+                distinct.push(r.clone());
+                distinct.len() as i64 - 1
+            })
+        })
+        .collect();
+    (distinct, of_row)
+}
+
+/// The right-padded `[q; y]` forward (TRL `batched_forward_pass`), read at the response
+/// positions: `[B, T, H]`.
+fn full_forward_at_responses<M: CausalLm>(
+    model: &M,
+    batch: &QueryResponseBatch,
+    device: &Device,
+) -> Tensor<3> {
+    let ids = batch.input_ids.clone().to_device(device);
+    let mask = batch.attention_mask.clone().to_device(device);
+    let positions = arange_positions(&ids);
+    let hidden = model.hidden_states(ids, positions, mask, None);
+    let [b, s, h] = hidden.dims();
+    let t = batch.max_response_len();
+    let flat =
+        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(), [b * t]), device);
+    hidden
+        .reshape([b * s, h])
+        .select(0, flat)
+        .reshape([b, t, h])
 }
 
 /// Takes `[B, S]` per-position values to the response positions (`[B, T]`, 0 on padding): the

@@ -649,3 +649,134 @@ fn query_response_batch_errors() {
         Err(ModelError::TokenOutOfRange { id: 1000, .. })
     ));
 }
+
+/// Every float parameter's gradient, flattened, in visiting order.
+struct AllGrads<'a> {
+    grads: &'a burn::optim::GradientsParams,
+    out: Vec<Vec<f32>>,
+}
+
+impl burn::module::ModuleVisitor for AllGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+        if let Some(g) = self.grads.get::<D>(param.id) {
+            self.out.push(g.try_into_vec_as::<f32>().unwrap());
+        }
+    }
+}
+
+/// Σ of the masked response log-probs of `hidden` (`[B, T, H]`) and every parameter's gradient.
+fn logprob_sum_and_grads(
+    model: &AutoLm,
+    hidden: Tensor<3>,
+    batch: &QueryResponseBatch,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
+    use burn::module::Module;
+    let dev = hidden.device();
+    let [b, t, h] = hidden.dims();
+    let ls = log_softmax(model.lm_head(hidden.reshape([b * t, h])), 1);
+    let ids: Vec<i64> = batch
+        .responses()
+        .iter()
+        .flat_map(|y| (0..t).map(|k| y.get(k).map_or(0, |&v| i64::from(v))))
+        .collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [b * t, 1]), &dev);
+    let lp = ls.gather(1, ids).reshape([b, t]) * batch.response_mask(&dev);
+    let values = lp.clone().detach().try_into_vec_as::<f32>().unwrap();
+    let grads = burn::optim::GradientsParams::from_grads(lp.sum().backward(), model);
+    let mut v = AllGrads {
+        grads: &grads,
+        out: Vec::new(),
+    };
+    model.visit(&mut v);
+    (values, v.out)
+}
+
+/// Repeated queries are run once and their cache rows shared: the response log-probs and every
+/// parameter gradient equal those of the full right-padded forward (the gradient of a shared
+/// query sums over the completions that share it), for GPT-2 and Llama, with queries and
+/// responses of different lengths (one response of a single token).
+#[test]
+fn shared_queries_give_the_full_forward_and_its_gradients() {
+    let dev = device().autodiff();
+    let queries = vec![
+        vec![5, 17, 300, 41],
+        vec![9, 4],
+        vec![5, 17, 300, 41],
+        vec![9, 4],
+        vec![5, 17, 300, 41],
+        vec![77],
+    ];
+    let responses = vec![
+        vec![8, 9, 10],
+        vec![500, 3, 3, 42, 7],
+        vec![998],
+        vec![6, 6],
+        vec![8, 9, 11, 12],
+        vec![1, 2, 3],
+    ];
+    for name in ["gpt2-tiny", "llama-tiny"] {
+        let model = AutoLm::from_pretrained(&fixture_dir(name), &dev).expect("fixture model loads");
+        let batch = QueryResponseBatch::new(&queries, &responses, 0, &dev).unwrap();
+        let shared = lmrl_models::response_hidden_states(&model, &batch, &dev);
+        assert_eq!(shared.dims()[..2], [6, 5]);
+        let (lp_shared, g_shared) = logprob_sum_and_grads(&model, shared, &batch);
+        // The independent truth: TRL's layout, one forward over every `[q; y]` row.
+        let full = model.forward_simple(batch.input_ids.clone(), batch.attention_mask.clone());
+        let (lp_full, _) = response_logprobs(&model, full.hidden.clone(), &batch);
+        let lp_full_host = lp_full.clone().try_into_vec_as::<f32>().unwrap();
+        for (k, (a, w)) in lp_shared.iter().zip(&lp_full_host).enumerate() {
+            assert!((a - w).abs() < 1e-5, "{name}: log-prob {k}: {a} vs {w}");
+        }
+        assert!(lp_full_host.iter().any(|&x| x != 0.0));
+        let grads = burn::optim::GradientsParams::from_grads(lp_full.sum().backward(), &model);
+        let mut v = AllGrads {
+            grads: &grads,
+            out: Vec::new(),
+        };
+        burn::module::Module::visit(&model, &mut v);
+        assert_eq!(
+            g_shared.len(),
+            v.out.len(),
+            "{name}: parameters with a gradient"
+        );
+        for (p, (a, w)) in g_shared.iter().zip(&v.out).enumerate() {
+            let scale = w.iter().fold(1e-3f32, |m, x| m.max(x.abs()));
+            for (x, y) in a.iter().zip(w) {
+                assert!(
+                    (x - y).abs() <= 1e-4 * scale,
+                    "{name}: parameter {p}: {x} vs {y}"
+                );
+            }
+        }
+    }
+}
+
+/// Prompts repeated in a batch are prefilled once; the samples equal those of the same rows
+/// generated with every prompt distinct in its own batch (each row's RNG stream is its index).
+#[test]
+fn repeated_prompts_sample_as_distinct_ones() {
+    let dev = device();
+    let model = load("llama-tiny");
+    let prompts = vec![
+        vec![5, 17, 300],
+        vec![9],
+        vec![5, 17, 300],
+        vec![9],
+        vec![5, 17, 300],
+    ];
+    let cfg = sample_cfg(7, 0, 1.0, 1.0);
+    let together = generate(&model, &prompts, &cfg, &dev).unwrap();
+    for (r, p) in prompts.iter().enumerate() {
+        let alone_cfg = GenerationConfig {
+            first_row: r as u64,
+            ..cfg.clone()
+        };
+        let alone = generate(&model, std::slice::from_ref(p), &alone_cfg, &dev).unwrap();
+        assert_eq!(together.tokens[r], alone.tokens[0], "row {r}");
+        for (a, b) in together.logprobs[r].iter().zip(&alone.logprobs[0]) {
+            assert!((a - b).abs() < 1e-4, "row {r}");
+        }
+    }
+    // Rows sharing a prompt still sample on their own streams.
+    assert!(together.tokens[0] != together.tokens[2] || together.tokens[2] != together.tokens[4]);
+}

@@ -36,7 +36,8 @@ use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptim
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use lmrl_models::{
-    AutoLm, CausalLm, Generation, GenerationConfig, QueryResponseBatch, arange_positions, generate,
+    AutoLm, CausalLm, Generation, GenerationConfig, QueryResponseBatch, generate,
+    response_hidden_states,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -360,39 +361,24 @@ pub(super) struct Collected {
     pub(super) optimizer_steps: usize,
 }
 
-/// The logits at the positions that predict each response token: `[B·T, V]` rows of the
-/// right-padded `[q; y]` batch (row `b·T + t` predicts `y_b[t]`; padding rows point at the last
-/// query position and are masked by the caller), and the `[B·T, 1]` response ids.
+/// The logits at the positions that predict each response token: `[B·T, V]` rows (row
+/// `b·T + t` predicts `y_b[t]`; padding rows are masked by the caller), and the `[B·T, 1]`
+/// response ids. Each distinct query of the batch (a group's G completions share theirs) is
+/// run once ([`response_hidden_states`]).
 fn response_logits<M: CausalLm>(
     model: &M,
     batch: &QueryResponseBatch,
     device: &Device,
 ) -> (Tensor<2>, Tensor<2, Int>) {
-    let ids = batch.input_ids.clone().to_device(device);
-    let mask = batch.attention_mask.clone().to_device(device);
-    let positions = arange_positions(&ids);
-    let hidden = model.hidden_states(ids, positions, mask, None);
-    let [b, s, h] = hidden.dims();
-    let t = batch.max_response_len();
-    let mut flat = Vec::with_capacity(b * t);
-    let mut resp = Vec::with_capacity(b * t);
-    for (row, ((&q, &r), y)) in batch
-        .query_lens
+    let hidden = response_hidden_states(model, batch, device);
+    let [b, t, h] = hidden.dims();
+    let resp: Vec<i64> = batch
+        .responses()
         .iter()
-        .zip(&batch.response_lens)
-        .zip(batch.responses())
-        .enumerate()
-    {
-        for k in 0..t {
-            let p = if k < r { q + k - 1 } else { q - 1 };
-            flat.push((row * s + p) as i64);
-            resp.push(y.get(k).map_or(0, |&v| i64::from(v)));
-        }
-    }
-    let positions = Tensor::<1, Int>::from_data(TensorData::new(flat, [b * t]), device);
-    let selected = hidden.reshape([b * s, h]).select(0, positions);
+        .flat_map(|y| (0..t).map(|k| y.get(k).map_or(0, |&v| i64::from(v))))
+        .collect();
     let ids = Tensor::<2, Int>::from_data(TensorData::new(resp, [b * t, 1]), device);
-    (model.lm_head(selected), ids)
+    (model.lm_head(hidden.reshape([b * t, h])), ids)
 }
 
 /// The log-softmax rows at temperature 1 and at `temperature` (the same tensor when it is 1).
