@@ -233,8 +233,9 @@ pub fn response_logprobs<M: CausalLm>(
 /// A group learner's batch holds each prompt G times. Its distinct queries go through the
 /// model left-padded into a [`KvCache`]; the cache rows are then repeated for the completions
 /// that share them (a `select`, whose backward sums those completions' gradients into the
-/// shared query, as the full forward would), and the responses run on top of the cache. For
-/// G = 8 and a 100-token prompt this is most of a training forward and backward saved. It is
+/// shared query, as the full forward would), and the responses run on top of the cache: the
+/// repeated prompts' share of the forward and backward is saved (gsm8k-app's GRPO step takes
+/// 0.76× the time, docs/benchmarks.md). It is
 /// the same function as the right-padded `[q; y]` forward of TRL (masked keys weigh exactly 0,
 /// positions are each row's own), equal up to float rounding; a batch without a repeated query
 /// takes that forward itself. Runs on `device` (autodiff or not, as the caller needs).
