@@ -88,26 +88,29 @@ pub fn left_pad(
     (make(ids), make(mask), make(pos))
 }
 
-/// The prompts' forward pass into a fresh cache: the cache, the `[B, L]` attention mask and the
-/// `[B, L, H]` hidden states of the left-padded batch. A prompt that occurs several times (a
-/// group learner samples each one G times) is computed once and its cache rows repeated, which
-/// is the same computation up to float rounding.
+/// The prompts' forward pass into a fresh cache: the cache, the `[B, L]` attention mask of the
+/// left-padded batch and the `[B, H]` hidden states of its last column (the only ones the next
+/// token needs). A prompt that occurs several times (a group learner samples each one G times)
+/// is computed once and its cache rows repeated, which is the same computation up to float
+/// rounding.
 fn prefill<M: CausalLm>(
     model: &M,
     prompts: &[Vec<u32>],
     pad_token_id: u32,
     device: &Device,
-) -> (KvCache, Tensor<2, Int>, Tensor<3>) {
+) -> (KvCache, Tensor<2, Int>, Tensor<2>) {
     let mut cache = KvCache::default();
     let (distinct, of_row) = crate::scoring::distinct_rows(prompts);
     let (ids, mask, pos) = left_pad(&distinct, pad_token_id, device);
     let hidden = model.hidden_states(ids, pos, mask.clone(), Some(&mut cache));
-    if distinct.len() == prompts.len() {
-        return (cache, mask, hidden);
+    let [u, l, h] = hidden.dims();
+    let last = hidden.narrow(1, l - 1, 1).reshape([u, h]);
+    if u == prompts.len() {
+        return (cache, mask, last);
     }
     let rows = Tensor::<1, Int>::from_data(TensorData::new(of_row, [prompts.len()]), device);
     cache.select_rows(rows.clone());
-    (cache, mask.select(0, rows.clone()), hidden.select(0, rows))
+    (cache, mask.select(0, rows.clone()), last.select(0, rows))
 }
 
 /// Generates up to `cfg.max_new_tokens` tokens after each prompt; a row stops at EOS or once
@@ -150,12 +153,11 @@ pub fn generate<M: CausalLm>(
     let device = device.clone().without_autodiff();
     let model = model.valid();
     let b = prompts.len();
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
 
-    let (mut cache, mut mask, hidden) = prefill(&model, prompts, cfg.pad_token_id, &device);
-    let h = hidden.dims()[2];
+    let (mut cache, mut mask, last_hidden) = prefill(&model, prompts, cfg.pad_token_id, &device);
+    let h = last_hidden.dims()[1];
     // Only the last column's logits are used: the head runs on `[B, H]`, not `[B, L, H]`.
-    let mut last = model.lm_head(hidden.narrow(1, longest - 1, 1).reshape([b, h]));
+    let mut last = model.lm_head(last_hidden);
 
     let penalise = cfg.repetition_penalty != 1.0;
     let mut history: Vec<Vec<u32>> = prompts.to_vec();

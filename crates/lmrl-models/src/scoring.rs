@@ -148,16 +148,17 @@ impl QueryResponseBatch {
         idx
     }
 
-    /// `[B, T]` response ids, 0 on padding entries.
-    fn response_ids(&self) -> Vec<i64> {
+    /// `[B·T, 1]` response ids for a gather from `[B·T, V]` rows (row `b·T + t` holds
+    /// `y_b[t]`), 0 on padding entries.
+    pub fn response_id_column(&self, device: &Device) -> Tensor<2, Int> {
         let t_max = self.max_response_len();
         let mut ids = Vec::with_capacity(self.batch_size() * t_max);
         for y in &self.responses {
             for t in 0..t_max {
-                ids.push(y.get(t).map_or(0, |&v| v as i64));
+                ids.push(y.get(t).map_or(0, |&v| i64::from(v)));
             }
         }
-        ids
+        Tensor::from_data(TensorData::new(ids, [self.batch_size() * t_max, 1]), device)
     }
 
     /// `[B, T]` float mask: 1 on response tokens, 0 on padding.
@@ -212,16 +213,12 @@ pub fn response_logprobs<M: CausalLm>(
     hidden: Tensor<3>,
     batch: &QueryResponseBatch,
 ) -> (Tensor<2>, Tensor<3>) {
-    let [b, s, h] = hidden.dims();
-    let t = batch.max_response_len();
     let device = hidden.device();
-    let positions =
-        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(), [b * t]), &device);
-    let selected = hidden.reshape([b * s, h]).select(0, positions); // [B·T, H]
-    let ls = log_softmax(model.lm_head(selected), 1); // [B·T, V]
+    let selected = at_responses(hidden, batch); // [B, T, H]
+    let [b, t, h] = selected.dims();
+    let ls = log_softmax(model.lm_head(selected.reshape([b * t, h])), 1); // [B·T, V]
     let v = ls.dims()[1];
-    let ids =
-        Tensor::<2, Int>::from_data(TensorData::new(batch.response_ids(), [b * t, 1]), &device);
+    let ids = batch.response_id_column(&device);
     let logprobs = ls.clone().gather(1, ids).reshape([b, t]) * batch.response_mask(&device);
     (logprobs, ls.reshape([b, t, v]))
 }
@@ -306,11 +303,18 @@ fn full_forward_at_responses<M: CausalLm>(
     let ids = batch.input_ids.clone().to_device(device);
     let mask = batch.attention_mask.clone().to_device(device);
     let positions = arange_positions(&ids);
-    let hidden = model.hidden_states(ids, positions, mask, None);
+    at_responses(model.hidden_states(ids, positions, mask, None), batch)
+}
+
+/// The rows of right-padded `[B, S, H]` hidden states that predict the response tokens,
+/// `[B, T, H]` (padding entries read the last query position).
+fn at_responses(hidden: Tensor<3>, batch: &QueryResponseBatch) -> Tensor<3> {
     let [b, s, h] = hidden.dims();
     let t = batch.max_response_len();
-    let flat =
-        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(), [b * t]), device);
+    let flat = Tensor::<1, Int>::from_data(
+        TensorData::new(batch.flat_positions(), [b * t]),
+        &hidden.device(),
+    );
     hidden
         .reshape([b * s, h])
         .select(0, flat)

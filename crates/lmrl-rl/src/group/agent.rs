@@ -372,13 +372,10 @@ fn response_logits<M: CausalLm>(
 ) -> (Tensor<2>, Tensor<2, Int>) {
     let hidden = response_hidden_states(model, batch, device);
     let [b, t, h] = hidden.dims();
-    let resp: Vec<i64> = batch
-        .responses()
-        .iter()
-        .flat_map(|y| (0..t).map(|k| y.get(k).map_or(0, |&v| i64::from(v))))
-        .collect();
-    let ids = Tensor::<2, Int>::from_data(TensorData::new(resp, [b * t, 1]), device);
-    (model.lm_head(hidden.reshape([b * t, h])), ids)
+    (
+        model.lm_head(hidden.reshape([b * t, h])),
+        batch.response_id_column(device),
+    )
 }
 
 /// The log-softmax rows at temperature 1 and at `temperature` (the same tensor when it is 1).
