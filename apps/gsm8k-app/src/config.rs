@@ -174,6 +174,7 @@ impl Gsm8kConfig {
                 checkpoint_every: 5,
                 keep_checkpoints: 2,
                 samples_every: 1,
+                oversample: 1,
             },
             ppo: PpoConfig {
                 learning_rate: LEARNING_RATE,

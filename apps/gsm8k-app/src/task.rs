@@ -99,7 +99,7 @@ impl GsmTask {
                 t.max_new_tokens
             );
         }
-        let batch = cfg.prompts_per_iteration();
+        let batch = cfg.prompts_per_iteration() * cfg.run.oversample;
         if train.len() < batch {
             bail!(
                 "only {} {dataset} training questions fit, fewer than one batch of {batch}",

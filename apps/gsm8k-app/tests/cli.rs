@@ -691,6 +691,55 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
 }
 
 #[test]
+fn oversampling_trains_on_the_groups_whose_rewards_differ() {
+    let t = tiny();
+    let out = t.dir.path().join("os");
+    let flags = group_flags(
+        "grpo",
+        &[
+            ("--iterations", "2"),
+            ("--oversample", "2"),
+            ("--eval-limit", "0"),
+        ],
+    );
+    run_ok(&mut group_cmd(&t, "grpo", "grpo", &out, &flags));
+    // 2 iterations × (2 × 2 prompts drawn) × 2 samples, of which 2 prompts' groups trained.
+    let s = read_jsonl(&out.join("samples.jsonl"));
+    assert_eq!(s.len(), 2 * 4 * 2);
+    for it in s.chunks(8) {
+        let groups: Vec<(bool, bool)> = it
+            .chunks(2)
+            .map(|g| {
+                assert_eq!(g[0]["question"], g[1]["question"]);
+                assert_eq!(g[0]["trained"], g[1]["trained"]);
+                let trained = g[0]["trained"].as_bool().expect("a `trained` flag");
+                (trained, g[0]["reward"] != g[1]["reward"])
+            })
+            .collect();
+        assert_eq!(groups.iter().filter(|(t, _)| *t).count(), 2, "{groups:?}");
+        // An untrained group whose rewards differ means every trained group's differ.
+        if groups.iter().any(|&(t, d)| !t && d) {
+            assert!(groups.iter().all(|&(t, d)| !t || d), "{groups:?}");
+        }
+    }
+    let rows = read_rows(&out.join("metrics.csv")).unwrap();
+    for r in &rows {
+        // The share of the 4 drawn groups, not of the 2 trained.
+        let z = r.frac_reward_zero_std.expect("zero-std share");
+        assert!((z * 4.0 - (z * 4.0).round()).abs() < 1e-9, "{z}");
+    }
+    // Oversampling selects groups: a PPO run is refused.
+    let (code, err) = run_err(&mut train_cmd(
+        &t,
+        "ppo",
+        &t.dir.path().join("x"),
+        &[("--oversample", "2")],
+    ));
+    assert_eq!(code, 2);
+    assert!(err.contains("oversample"), "{err}");
+}
+
+#[test]
 fn cory_runs_over_grpo_and_resumes_exactly() {
     let t = tiny();
     let flags = group_flags(

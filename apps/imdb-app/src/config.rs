@@ -103,6 +103,7 @@ impl ImdbConfig {
                 checkpoint_every: 5,
                 keep_checkpoints: 2,
                 samples_every: 1,
+                oversample: 1,
             },
             ppo: PpoConfig {
                 learning_rate: 2e-4,

@@ -119,7 +119,7 @@ impl ImdbTask {
     pub fn new(cfg: &ImdbConfig, env: &TaskEnv<'_>) -> Result<Self> {
         let reward = load_reward(&cfg.imdb.reward, env.cache, env.device)?;
         let prompts = load_prompts(&cfg.imdb, cfg.run.seed, env.cache, env.tokenizer)?;
-        let batch = cfg.prompts_per_iteration();
+        let batch = cfg.prompts_per_iteration() * cfg.run.oversample;
         if prompts.len() < batch {
             bail!(
                 "only {} prompts (after dropping reviews of ≤ {} characters), fewer than one batch \

@@ -132,6 +132,18 @@ pub struct RunSettings {
     /// Log the prompts and responses of every this many iterations to `samples.jsonl`.
     #[arg(long)]
     pub samples_every: usize,
+    /// GRPO and RLOO: draw this many times `prompts_per_step` questions per iteration, answer
+    /// each G times, and train on the `prompts_per_step` groups whose rewards are not all equal
+    /// (the first in data order; equal-reward groups fill up when too few differ) — DAPO's
+    /// dynamic sampling with one round of sampling. An equal-reward group has zero advantages
+    /// and adds no gradient, so this buys informative groups with generation alone. 1 = off.
+    #[arg(long)]
+    #[serde(default = "no_oversampling")]
+    pub oversample: usize,
+}
+
+fn no_oversampling() -> usize {
+    1
 }
 
 impl RunSettings {
@@ -155,6 +167,18 @@ impl RunSettings {
                 "run.cory_learner",
                 format!(
                     "chooses the learners of CORY runs; this run trains `{}` (use --algo cory)",
+                    self.algo.name()
+                ),
+            ));
+        }
+        if self.oversample == 0 {
+            return Err(setting("run.oversample", "must be at least 1 (1 = off)"));
+        }
+        if self.oversample > 1 && !matches!(self.algo, Algo::Grpo | Algo::Rloo) {
+            return Err(setting(
+                "run.oversample",
+                format!(
+                    "selects groups of a GRPO or RLOO run; this run trains `{}` (use 1)",
                     self.algo.name()
                 ),
             ));

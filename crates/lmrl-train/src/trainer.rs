@@ -172,6 +172,12 @@ impl<T: Task> Trainer<'_, T> {
             )),
             None => None,
         };
+        if self.run.oversample > 1 && self.collective.world() > 1 {
+            return Err(crate::error::setting(
+                "run.oversample",
+                "selects groups within one process; a data-parallel run takes 1",
+            ));
+        }
         let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
         let (rank, world) = (self.collective.rank(), self.collective.world());
         // A signal to any rank while the model loaded or the base model was evaluated: the
@@ -277,7 +283,7 @@ impl<T: Task> Trainer<'_, T> {
     /// Prompts per iteration: PPO's `batch_size`, or the group learners' `prompts_per_step`
     /// (each prompt answered G times).
     fn batch_size(&self) -> usize {
-        self.spec.prompts_per_iteration()
+        self.spec.prompts_per_iteration() * self.run.oversample
     }
 
     fn save(&self, copies: &Copies, dir: &RunDir, done: usize) -> Result<()> {
@@ -415,14 +421,29 @@ impl<T: Task> Trainer<'_, T> {
         let t0 = Instant::now();
         let scores = self.rewards(&expanded, &shown, &y_text, it)?;
         phases.score += t0.elapsed().as_secs_f64();
-        let bar = self.spinner(format!("optimising {} samples", q.len()));
-        let stats = learner.step(&q, &y, &scores, self.reference);
+        // The groups trained on (all of them without oversampling), as completion indices.
+        let trained: Vec<usize> = informative_groups(&scores, g, self.spec.prompts_per_iteration())
+            .into_iter()
+            .flat_map(|k| k * g..(k + 1) * g)
+            .collect();
+        let pick =
+            |v: &[Vec<u32>]| -> Vec<Vec<u32>> { trained.iter().map(|&i| v[i].clone()).collect() };
+        let (q_step, y_step) = (pick(&q), pick(&y));
+        let s_step: Vec<f32> = trained.iter().map(|&i| scores[i]).collect();
+        let bar = self.spinner(format!("optimising {} samples", q_step.len()));
+        let stats = learner.step(&q_step, &y_step, &s_step, self.reference);
         bar.finish_and_clear();
         let stats = stats.map_err(|e| iteration_err(it, "the learner's step", e))?;
         // Every rank's responses and rewards, in batch order.
         let c = self.collective;
         let all_text = all_gather_json(c, &y_text).map_err(|e| iteration_err(it, "gather", e))?;
         let all_scores = all_gather_json(c, &scores).map_err(|e| iteration_err(it, "gather", e))?;
+        // Which logged samples were trained on, when not all of them were.
+        let flags = (self.run.oversample > 1).then(|| {
+            let mut f = vec![false; q.len()];
+            trained.iter().for_each(|&i| f[i] = true);
+            f
+        });
         if let Some(samples) = samples
             && it.is_multiple_of(self.run.samples_every)
         {
@@ -437,10 +458,15 @@ impl<T: Task> Trainer<'_, T> {
                 &shown,
                 &all_text,
                 &all_scores,
+                flags.as_deref(),
             )?;
         }
         let mut row = metric_row(it, POLICY, "policy", &all_scores, &stats, None);
         row.repetition = repetition(&all_text);
+        if self.run.oversample > 1 {
+            // Of every drawn group, not only the (mostly informative) ones trained on.
+            row.frac_reward_zero_std = Some(equal_reward_share(&all_scores, g));
+        }
         Ok(vec![row])
     }
 
@@ -515,8 +541,15 @@ impl<T: Task> Trainer<'_, T> {
         shown: &[&str],
         responses: &[String],
         rewards: &[f32],
+        trained: Option<&[bool]>,
     ) -> Result<()> {
-        for (((p, s), y), r) in prompts.iter().zip(shown).zip(responses).zip(rewards) {
+        for (i, (((p, s), y), r)) in prompts
+            .iter()
+            .zip(shown)
+            .zip(responses)
+            .zip(rewards)
+            .enumerate()
+        {
             let mut line = serde_json::Map::new();
             line.insert("iteration".into(), it.into());
             line.insert("agent".into(), agent.into());
@@ -524,6 +557,9 @@ impl<T: Task> Trainer<'_, T> {
             line.insert("prompt".into(), (*s).into());
             line.insert("response".into(), y.as_str().into());
             line.insert("reward".into(), f64::from(*r).into());
+            if let Some(t) = trained {
+                line.insert("trained".into(), t[i].into());
+            }
             line.extend(self.task.sample_fields(p, y));
             samples.append(&line)?;
         }
@@ -559,11 +595,36 @@ impl<T: Task> Trainer<'_, T> {
                 ),
             };
             self.log_samples(
-                samples, it, m.llm, role, &expanded, &shown, responses, rewards,
+                samples, it, m.llm, role, &expanded, &shown, responses, rewards, None,
             )?;
         }
         Ok(())
     }
+}
+
+/// DAPO's dynamic sampling, one round: of the groups of `g` consecutive `scores`, the indices
+/// of the `keep` to train on, ascending — every group whose rewards differ before any whose
+/// rewards are all equal (zero advantages: no gradient), each kind in data order.
+pub fn informative_groups(scores: &[f32], g: usize, keep: usize) -> Vec<usize> {
+    let g = g.max(1);
+    let (mut informative, mut equal): (Vec<usize>, Vec<usize>) =
+        (0..scores.len() / g).partition(|&k| !all_equal(&scores[k * g..(k + 1) * g]));
+    informative.truncate(keep);
+    equal.truncate(keep - informative.len());
+    informative.extend(equal);
+    informative.sort_unstable();
+    informative
+}
+
+/// The share of the groups of `g` consecutive `scores` whose rewards are all equal.
+fn equal_reward_share(scores: &[f32], g: usize) -> f64 {
+    let groups: Vec<&[f32]> = scores.chunks(g.max(1)).collect();
+    let equal = groups.iter().filter(|s| all_equal(s)).count();
+    equal as f64 / groups.len().max(1) as f64
+}
+
+fn all_equal(xs: &[f32]) -> bool {
+    xs.windows(2).all(|w| w[0] == w[1])
 }
 
 /// Each prompt `g` times in a row (the batch layout of `Learner::samples_per_prompt`).
@@ -817,5 +878,18 @@ mod tests {
         // 0 for the first, 1 − 1/4 for the second.
         assert!((r - 0.375).abs() < 1e-12, "{r}");
         assert_eq!(repetition(&[String::new()]), 0.0);
+    }
+
+    #[test]
+    fn groups_whose_rewards_differ_are_trained_on_first() {
+        // Five groups of 2: equal, differ, equal, differ, differ.
+        let s = [0., 0., 1., 0., 1., 1., 0., 2., 1., 0.];
+        assert_eq!(informative_groups(&s, 2, 2), vec![1, 3]);
+        assert_eq!(informative_groups(&s, 2, 3), vec![1, 3, 4]);
+        // Too few differ: the first equal-reward groups fill up, in data order.
+        assert_eq!(informative_groups(&s, 2, 4), vec![0, 1, 3, 4]);
+        assert_eq!(informative_groups(&s, 2, 5), vec![0, 1, 2, 3, 4]);
+        assert!((equal_reward_share(&s, 2) - 0.4).abs() < 1e-12);
+        assert_eq!(equal_reward_share(&[1., 1., 1.], 3), 1.0);
     }
 }
