@@ -627,7 +627,15 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
     let t = tiny();
     for algo in ["grpo", "rloo"] {
         let full = t.dir.path().join(format!("{algo}-full"));
-        let flags = group_flags(algo, &[("--iterations", "3"), ("--grpo-beta", "0.04")]);
+        let flags = group_flags(
+            algo,
+            &[
+                ("--iterations", "3"),
+                ("--grpo-beta", "0.04"),
+                // One group per drawn prompt (GRPO's default oversamples).
+                ("--oversample", "1"),
+            ],
+        );
         let o = run_ok(&mut group_cmd(&t, algo, algo, &full, &flags));
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -666,7 +674,15 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
         }
         assert!(!ck.join("value_head.safetensors").exists(), "no critic");
         let part = t.dir.path().join(format!("{algo}-part"));
-        let flags = group_flags(algo, &[("--iterations", "2"), ("--grpo-beta", "0.04")]);
+        let flags = group_flags(
+            algo,
+            &[
+                ("--iterations", "2"),
+                ("--grpo-beta", "0.04"),
+                // One group per drawn prompt (GRPO's default oversamples).
+                ("--oversample", "1"),
+            ],
+        );
         run_ok(&mut group_cmd(&t, algo, algo, &part, &flags));
         run_ok(
             bin()
