@@ -80,6 +80,12 @@ impl<T: Task> Trainer<'_, T> {
     /// directory (`dir`) and writes every file; the other ranks (`None`) compute their share,
     /// read checkpoints to resume, and write nothing.
     pub fn train_rank(&self, dir: Option<&RunDir>, start: Start, base: AutoLm) -> Result<Outcome> {
+        if self.run.oversample > 1 && self.collective.world() > 1 {
+            return Err(crate::error::setting(
+                "run.oversample",
+                "selects groups within one process; a data-parallel run takes `--oversample 1`",
+            ));
+        }
         let out_dir = dir.map(RunDir::path);
         let (mut copies, first) = match &start {
             Start::Fresh => {
@@ -172,12 +178,6 @@ impl<T: Task> Trainer<'_, T> {
             )),
             None => None,
         };
-        if self.run.oversample > 1 && self.collective.world() > 1 {
-            return Err(crate::error::setting(
-                "run.oversample",
-                "selects groups within one process; a data-parallel run takes 1",
-            ));
-        }
         let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
         let (rank, world) = (self.collective.rank(), self.collective.world());
         // A signal to any rank while the model loaded or the base model was evaluated: the
