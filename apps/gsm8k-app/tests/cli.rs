@@ -611,15 +611,14 @@ fn group_cmd(
     out: &Path,
     extra: &[(String, String)],
 ) -> Command {
-    let e: Vec<(&str, &str)> = extra
+    let mut e: Vec<(&str, &str)> = extra
         .iter()
         .map(|(a, b)| (a.as_str(), b.as_str()))
         .collect();
-    let mut c = train_cmd(t, algo, out, &e);
     if algo == "cory" {
-        c.args(["--cory-learner", learner]);
+        e.push(("--cory-learner", learner));
     }
-    c
+    train_cmd(t, algo, out, &e)
 }
 
 #[test]
@@ -627,15 +626,18 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
     let t = tiny();
     for algo in ["grpo", "rloo"] {
         let full = t.dir.path().join(format!("{algo}-full"));
-        let flags = group_flags(
+        let mut flags = group_flags(
             algo,
             &[
                 ("--iterations", "3"),
-                ("--grpo-beta", "0.04"),
                 // One group per drawn prompt (GRPO's default oversamples).
                 ("--oversample", "1"),
             ],
         );
+        if algo == "grpo" {
+            // The reference term on (TRL's default β is 0); RLOO has its own.
+            flags.push(("--grpo-beta".into(), "0.04".into()));
+        }
         let o = run_ok(&mut group_cmd(&t, algo, algo, &full, &flags));
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -674,15 +676,18 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
         }
         assert!(!ck.join("value_head.safetensors").exists(), "no critic");
         let part = t.dir.path().join(format!("{algo}-part"));
-        let flags = group_flags(
+        let mut flags = group_flags(
             algo,
             &[
                 ("--iterations", "2"),
-                ("--grpo-beta", "0.04"),
                 // One group per drawn prompt (GRPO's default oversamples).
                 ("--oversample", "1"),
             ],
         );
+        if algo == "grpo" {
+            // The reference term on (TRL's default β is 0); RLOO has its own.
+            flags.push(("--grpo-beta".into(), "0.04".into()));
+        }
         run_ok(&mut group_cmd(&t, algo, algo, &part, &flags));
         run_ok(
             bin()
@@ -837,6 +842,22 @@ fn bad_flags_and_settings_fail_with_a_message() {
         &[("--mini-batch-size", "3")],
     ));
     assert!(err.contains("mini_batch_size"), "{err}");
+    // PPO's learning rate on a GRPO run would change nothing: refused, naming GRPO's flag.
+    let (code, err) = run_err(&mut train_cmd(
+        &t,
+        "grpo",
+        &out,
+        &[("--learning-rate", "1e-5")],
+    ));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("ppo.learning_rate") && err.contains("--grpo-learning-rate"),
+        "{err}"
+    );
+    assert!(
+        !out.join("config.toml").exists(),
+        "refused before the run starts"
+    );
     let (code, err) = run_err(bin().arg("eval").arg("--model").arg(&t.model).args([
         "--k",
         "4",

@@ -149,8 +149,27 @@ fn run(args: &[&str]) -> Output {
     out
 }
 
+/// The flags of `[ppo]` that `train_args` gives; a run whose copies learn with GRPO or RLOO
+/// refuses them.
+const PPO_FLAGS: [&str; 4] = ["--batch-size", "--mini-batch-size", "--ppo-epochs", "--lr"];
+
+/// `args` without the `[ppo]` flags (and their values) of `train_args`.
+fn without_ppo_flags<T: AsRef<str> + Clone>(args: &[T]) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        if PPO_FLAGS.contains(&args[i].as_ref()) {
+            i += 2;
+        } else {
+            out.push(args[i].clone());
+            i += 1;
+        }
+    }
+    out
+}
+
 fn train_args<'a>(s: &'a Setup, algo: &'a str, out: &'a str, iterations: &'a str) -> Vec<&'a str> {
-    vec![
+    let args = vec![
         "--algo",
         algo,
         "--model",
@@ -181,7 +200,11 @@ fn train_args<'a>(s: &'a Setup, algo: &'a str, out: &'a str, iterations: &'a str
         "7",
         "--out",
         out,
-    ]
+    ];
+    match algo {
+        "grpo" | "rloo" => without_ppo_flags(&args),
+        _ => args,
+    }
 }
 
 fn agents(rows: &[MetricRow]) -> Vec<(usize, String, String)> {
@@ -587,8 +610,10 @@ fn parallel_args<'a>(s: &'a Setup, algo: &'a str, out: &'a str) -> Vec<&'a str> 
         ("--swap-period", "2"),
         ("--checkpoint-every", "3"),
     ] {
-        let i = a.iter().position(|x| *x == flag).unwrap();
-        a[i + 1] = value;
+        // A group learner's run has no `[ppo]` flags to change.
+        if let Some(i) = a.iter().position(|x| *x == flag) {
+            a[i + 1] = value;
+        }
     }
     a.extend(["--generation-batch-size", "4"]);
     if let Some(p) = ["grpo", "rloo"].into_iter().find(|p| *p == algo) {
@@ -675,8 +700,10 @@ fn llm2_on_its_own_device_trains_as_on_one() {
     let part = s.root.join("cory-apart-part");
     let mut a = parallel_args(&s, "cory", part.to_str().unwrap());
     for (flag, value) in [("--iterations", "2"), ("--checkpoint-every", "1")] {
-        let i = a.iter().position(|x| *x == flag).unwrap();
-        a[i + 1] = value;
+        // A group learner's run has no `[ppo]` flags to change.
+        if let Some(i) = a.iter().position(|x| *x == flag) {
+            a[i + 1] = value;
+        }
     }
     a.extend(["--llm2-device", "cpu"]);
     assert!(run(&a).status.success());
@@ -792,8 +819,10 @@ fn a_killed_mpi_rank_stops_the_job_and_the_run_resumes() {
     let dir = s.root.join("killed");
     let mut a = parallel_args(&s, "ppo", dir.to_str().unwrap());
     for (flag, value) in [("--iterations", "400"), ("--checkpoint-every", "1")] {
-        let i = a.iter().position(|x| *x == flag).unwrap();
-        a[i + 1] = value;
+        // A group learner's run has no `[ppo]` flags to change.
+        if let Some(i) = a.iter().position(|x| *x == flag) {
+            a[i + 1] = value;
+        }
     }
     let mut job = mpirun(2)
         .arg(BIN)
@@ -908,10 +937,11 @@ fn group_learners_alone_and_under_cory() {
         assert!(!ck.join("value_head.safetensors").exists());
     }
     let out = s.root.join("cory-rloo");
-    let mut args: Vec<String> = train_args(&s, "cory", out.to_str().unwrap(), "2")
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let mut args: Vec<String> =
+        without_ppo_flags(&train_args(&s, "cory", out.to_str().unwrap(), "2"))
+            .into_iter()
+            .map(String::from)
+            .collect();
     args.extend(group("rloo"));
     args.extend(["--cory-learner".to_string(), "rloo".to_string()]);
     let a: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -412,8 +412,56 @@ fn flag(id: &str) -> String {
 
 /// Resolves the run's settings and directory from the matches of the (sub)command that
 /// flattens `C` and `RunArgs` (see the module docs for the order).
+///
+/// A flag of a learner section the run does not learn with (`--learning-rate`, a `[ppo]`
+/// setting, on a GRPO run) is refused rather than silently ignored.
 pub fn resolve<C: Config>(matches: &ArgMatches, args: &RunArgs) -> Result<Resolved<C>> {
-    resolve_with(matches, args, &Table::new())
+    let resolved = resolve_with::<C>(matches, args, &Table::new())?;
+    let run = resolved.config.run();
+    if let Some(g) = given::<C>(matches)
+        .into_iter()
+        .find(|g| !reads_section(run, g.section))
+    {
+        let learner = run.algo.learner(run.cory_learner).name();
+        return Err(setting(
+            format!("{}.{}", g.section, g.field),
+            format!(
+                "given as {}, but this run ({}) learns with {learner} and reads [{learner}], \
+                 not [{}] (e.g. {})",
+                flag(&g.id),
+                run_name(run),
+                g.section,
+                learner_flag(learner, "learning_rate"),
+            ),
+        ));
+    }
+    Ok(resolved)
+}
+
+/// Whether a run of these settings reads the section `name`: of the learner sections only its
+/// copies' algorithm's. `[cory]` counts as read by every run, so that PPO and CORY runs
+/// compared side by side can share one command line (`--swap-period` changes nothing in PPO).
+fn reads_section(run: &RunSettings, name: &str) -> bool {
+    match name {
+        "ppo" | "grpo" | "rloo" => run.algo.learner(run.cory_learner).name() == name,
+        _ => true,
+    }
+}
+
+/// `--algo A`, and for CORY its `--cory-learner`.
+fn run_name(run: &RunSettings) -> String {
+    match run.algo {
+        Algo::Cory => format!("--algo cory --cory-learner {}", run.cory_learner.name()),
+        a => format!("--algo {}", a.name()),
+    }
+}
+
+/// The flag of a learner section's field (the group learners' carry their section's prefix).
+fn learner_flag(learner: &str, field: &str) -> String {
+    match learner {
+        "ppo" => flag(field),
+        prefixed => flag(&format!("{prefixed}_{field}")),
+    }
 }
 
 /// [`resolve`] with `forced` settings (a partial `config.toml` table, e.g. a sweep's

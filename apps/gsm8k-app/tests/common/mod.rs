@@ -155,15 +155,27 @@ pub fn train_cmd(t: &Tiny, algo: &str, out: &Path, extra: &[(&str, &str)]) -> Co
         ("--model", &model),
         ("--data", &data),
         ("--iterations", "2"),
-        ("--batch-size", "2"),
-        ("--mini-batch-size", "1"),
-        ("--gradient-accumulation-steps", "2"),
-        ("--ppo-epochs", "1"),
         ("--max-new-tokens", "4"),
         ("--eval-limit", "2"),
         ("--swap-period", "1"),
         ("--checkpoint-every", "1"),
     ];
+    // PPO's flags only where the copies learn with PPO: another learner's flag is refused.
+    let learner = match algo {
+        "cory" => extra
+            .iter()
+            .find(|(f, _)| *f == "--cory-learner")
+            .map_or("ppo", |(_, v)| *v),
+        single => single,
+    };
+    if learner == "ppo" {
+        flags.extend([
+            ("--batch-size", "2"),
+            ("--mini-batch-size", "1"),
+            ("--gradient-accumulation-steps", "2"),
+            ("--ppo-epochs", "1"),
+        ]);
+    }
     for (f, v) in extra {
         match flags.iter_mut().find(|(g, _)| g == f) {
             Some(slot) => slot.1 = v,
