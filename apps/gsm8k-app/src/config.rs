@@ -230,15 +230,6 @@ impl Gsm8kConfig {
             },
         }
     }
-
-    /// Prompts per iteration (PPO's batch, or the group learners' prompts per step).
-    pub fn prompts_per_iteration(&self) -> usize {
-        match self.run.algo.learner(self.run.cory_learner) {
-            LearnerAlgo::Ppo => self.ppo.batch_size,
-            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
-            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
-        }
-    }
 }
 
 /// Temperature 0 means greedy, which gives k identical samples: only meaningful for k = 1.

@@ -12,7 +12,7 @@ use lmrl_rewards::{
     extract_response_answer,
 };
 use lmrl_rl::Prompt;
-use lmrl_train::{Stage, Task, TaskEnv, TaskError};
+use lmrl_train::{Stage, Task, TaskEnv, TaskError, TrainConfig};
 
 use crate::config::{Gsm8kConfig, Gsm8kSettings};
 use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
@@ -99,7 +99,7 @@ impl GsmTask {
                 t.max_new_tokens
             );
         }
-        let batch = cfg.prompts_per_iteration() * cfg.run.oversample;
+        let batch = cfg.prompts_drawn();
         if train.len() < batch {
             bail!(
                 "only {} {dataset} training questions fit, fewer than one batch of {batch}",

@@ -221,17 +221,6 @@ impl TrainConfig for ImdbConfig {
     }
 }
 
-impl ImdbConfig {
-    /// Prompts per iteration (PPO's batch, or the group learners' prompts per step).
-    pub fn prompts_per_iteration(&self) -> usize {
-        match self.run.algo.learner(self.run.cory_learner) {
-            LearnerAlgo::Ppo => self.ppo.batch_size,
-            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
-            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use lmrl_rewards::{
     DistilBertReward, Reward, SentimentContext, TextCat, TextCatScore, TextScorer, Vader,
 };
 use lmrl_rl::Prompt;
-use lmrl_train::{Task, TaskEnv, TaskError, iter_rng, stream};
+use lmrl_train::{Task, TaskEnv, TaskError, TrainConfig, iter_rng, stream};
 use rand::Rng;
 
 use crate::config::{ImdbConfig, ImdbSettings};
@@ -119,7 +119,7 @@ impl ImdbTask {
     pub fn new(cfg: &ImdbConfig, env: &TaskEnv<'_>) -> Result<Self> {
         let reward = load_reward(&cfg.imdb.reward, env.cache, env.device)?;
         let prompts = load_prompts(&cfg.imdb, cfg.run.seed, env.cache, env.tokenizer)?;
-        let batch = cfg.prompts_per_iteration() * cfg.run.oversample;
+        let batch = cfg.prompts_drawn();
         if prompts.len() < batch {
             bail!(
                 "only {} prompts (after dropping reviews of ≤ {} characters), fewer than one batch \

@@ -38,6 +38,20 @@ pub trait TrainConfig: Config {
     fn grpo(&self) -> &GrpoConfig;
     /// The `[rloo]` section.
     fn rloo(&self) -> &RlooConfig;
+
+    /// Prompts drawn per iteration: the learner's batch (PPO's `batch_size`, or the group
+    /// learner's `prompts_per_step`) times `[run] oversample`. A task needs at least this many.
+    fn prompts_drawn(&self) -> usize {
+        let run = self.run();
+        let learner = run.algo.learner(run.cory_learner);
+        let learners = crate::copies::LearnerSettings {
+            ppo: self.ppo(),
+            grpo: self.grpo(),
+            rloo: self.rloo(),
+            cory: self.cory(),
+        };
+        learners.prompts_per_step(learner) * run.oversample
+    }
 }
 
 /// What a task is built from.

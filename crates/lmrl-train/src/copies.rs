@@ -80,6 +80,18 @@ pub struct LearnerSettings<'a> {
     pub cory: &'a lmrl_rl::CoryConfig,
 }
 
+impl LearnerSettings<'_> {
+    /// Prompts one step of `learner` takes: PPO's `batch_size` (one response each), or the
+    /// group learner's `prompts_per_step` (each answered `num_generations` times).
+    pub fn prompts_per_step(&self, learner: LearnerAlgo) -> usize {
+        match learner {
+            LearnerAlgo::Ppo => self.ppo.batch_size,
+            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
+            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
+        }
+    }
+}
+
 impl CopySpec {
     /// The spec of a run's settings; LoRA targets follow the model's architecture.
     pub fn new(run: &RunSettings, learners: LearnerSettings<'_>, model: &ModelConfig) -> Self {
@@ -95,14 +107,15 @@ impl CopySpec {
         }
     }
 
-    /// Prompts per iteration: PPO's `batch_size` (one response each), or the group learner's
-    /// `prompts_per_step` (each answered `num_generations` times).
+    /// Prompts per iteration ([`LearnerSettings::prompts_per_step`] of the copies' learner).
     pub fn prompts_per_iteration(&self) -> usize {
-        match self.learner {
-            LearnerAlgo::Ppo => self.ppo.batch_size,
-            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
-            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
-        }
+        let learners = LearnerSettings {
+            ppo: &self.ppo,
+            grpo: &self.grpo,
+            rloo: &self.rloo,
+            cory: &self.cory,
+        };
+        learners.prompts_per_step(self.learner)
     }
 
     /// Responses sampled per prompt (1 for PPO, G for the group learners).
