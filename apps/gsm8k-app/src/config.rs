@@ -146,9 +146,9 @@ impl Gsm8kConfig {
     /// accumulation 32 / 2 / 16, here 8 / 2 / 4 so one Adam step per PPO epoch), the 0/1 (PPO)
     /// or 0/1/2 (CORY) reward fed as it is, but not its learning rates (PPO 1e-5, CORY 1e-4):
     /// at those a 135M model's responses shrink to one token within 6 iterations. Here every
-    /// algorithm samples at temperature 0.5 and learns at 2e-6 (GRPO at 4e-6), and PPO skips the update of a
-    /// batch whose rewards are all equal (`skip_equal_scores`), which otherwise shortens the
-    /// responses too. GRPO and RLOO (and CORY's copies with `--cory-learner grpo|rloo`):
+    /// algorithm samples at temperature 0.5 and learns at 2e-6 (GRPO at 4e-6), and PPO skips
+    /// the update of a batch whose rewards are all equal (`skip_equal_scores`), which otherwise
+    /// shortens the responses too. GRPO and RLOO (and CORY's copies with `--cory-learner grpo|rloo`):
     /// `[grpo]` / `[rloo]`, sized for a run of ≈ 30 minutes on a 2-core CPU (docs/gsm8k-app.md).
     pub fn for_algo(algo: Algo) -> Self {
         let (batch, mini, gen_batch) = (8, 2, 8);
