@@ -5,7 +5,10 @@
 //! last column; the attention mask hides the pads and the position ids are
 //! `cumsum(mask) - 1` (pads clamped to 0), so a padded row sees exactly the positions it would
 //! see alone. One prefill pass fills the cache, then each step feeds one token per row. A row
-//! that produced EOS is finished: later steps feed it the pad id with mask 0 and record nothing.
+//! that produced EOS (or a stop sequence) is finished: it records nothing more, and once an
+//! eighth of the batch has finished those rows are dropped from the batch and its cache, so the
+//! decode steps run only the rows still generating (until then a finished row is fed the pad id
+//! with mask 0).
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::cache::KvCache;
@@ -119,9 +122,9 @@ fn prefill<M: CausalLm>(
 /// Runs without gradient tracking (`model.valid()` on the device without autodiff), with the KV
 /// cache. Reproducible: the same model, prompts and `cfg` (seed included) give the same tokens;
 /// each row has its own RNG, seeded from `(cfg.seed, cfg.first_row + r)`
-/// ([`crate::sampling::row_seed`]), which draws one uniform per step whether or not the row is
-/// finished, so a row's samples depend neither on when the other rows stop nor on which other
-/// prompts share its batch (up to the float rounding of a differently padded batch).
+/// ([`crate::sampling::row_seed`]), which draws one uniform per step while the row runs, so a
+/// row's samples depend neither on when the other rows stop nor on which other prompts share
+/// its batch (up to the float rounding of a differently padded or smaller batch).
 ///
 /// The repetition penalty counts each row's real prompt tokens and its generated tokens (HF
 /// would also count the left-padding ids of shorter prompts, which makes the result depend on
@@ -162,44 +165,52 @@ pub fn generate<M: CausalLm>(
     let penalise = cfg.repetition_penalty != 1.0;
     let mut history: Vec<Vec<u32>> = prompts.to_vec();
     let mut next_pos: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
-    let mut finished = vec![false; b];
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); b];
     let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); b];
     let mut chooser = TokenChooser::new(cfg);
+    let mut batch = Batch::new(b);
 
     for step in 0..cfg.max_new_tokens {
-        let seen = penalise.then(|| presence_mask(&history, vocab, &device));
-        let choice = chooser.choose(process_logits(last, seen, cfg))?;
-        let mut feed = vec![cfg.pad_token_id as i64; b];
-        let mut feed_mask = vec![0i64; b];
-        for r in 0..b {
-            if finished[r] {
+        let seen = penalise.then(|| {
+            let rows: Vec<Vec<u32>> = batch.rows.iter().map(|&r| history[r].clone()).collect();
+            presence_mask(&rows, vocab, &device)
+        });
+        let choice = chooser.choose_rows(process_logits(last, seen, cfg), &batch.rows)?;
+        for (i, &r) in batch.rows.iter().enumerate() {
+            if batch.finished[i] {
                 continue;
             }
-            let t = choice.tokens[r];
+            let t = choice.tokens[i];
             tokens[r].push(t);
-            logprobs[r].push(choice.logprobs[r]);
+            logprobs[r].push(choice.logprobs[i]);
             history[r].push(t);
-            if cfg.eos_token_id == Some(t) || cfg.ends_with_stop(&tokens[r]) {
-                finished[r] = true;
-            } else {
-                feed[r] = t as i64;
-                feed_mask[r] = 1;
-            }
+            batch.finished[i] = cfg.eos_token_id == Some(t) || cfg.ends_with_stop(&tokens[r]);
         }
-        if step + 1 == cfg.max_new_tokens || finished.iter().all(|&f| f) {
+        if step + 1 == cfg.max_new_tokens || batch.finished.iter().all(|&f| f) {
             break;
         }
-        let step_ids = Tensor::<2, Int>::from_data(TensorData::new(feed, [b, 1]), &device);
-        let step_pos =
-            Tensor::<2, Int>::from_data(TensorData::new(next_pos.clone(), [b, 1]), &device);
-        for (r, p) in next_pos.iter_mut().enumerate() {
-            *p += feed_mask[r];
+        if let Some(keep) = batch.drop_finished() {
+            let keep = Tensor::<1, Int>::from_data(TensorData::new(keep, [batch.len()]), &device);
+            cache.select_rows(keep.clone());
+            mask = mask.select(0, keep);
         }
-        let col = Tensor::<2, Int>::from_data(TensorData::new(feed_mask, [b, 1]), &device);
-        mask = Tensor::cat(vec![mask, col], 1);
-        let hidden = model.hidden_states(step_ids, step_pos, mask.clone(), Some(&mut cache));
-        last = model.lm_head(hidden.reshape([b, h]));
+        let n = batch.len();
+        let mut feed = vec![cfg.pad_token_id as i64; n];
+        let mut feed_mask = vec![0i64; n];
+        let mut feed_pos = vec![0i64; n];
+        for (i, &r) in batch.rows.iter().enumerate() {
+            feed_pos[i] = next_pos[r];
+            if !batch.finished[i] {
+                feed[i] = *tokens[r].last().unwrap_or(&cfg.pad_token_id) as i64;
+                feed_mask[i] = 1;
+                next_pos[r] += 1;
+            }
+        }
+        let ints = |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v, [n, 1]), &device);
+        mask = Tensor::cat(vec![mask, ints(feed_mask)], 1);
+        let hidden =
+            model.hidden_states(ints(feed), ints(feed_pos), mask.clone(), Some(&mut cache));
+        last = model.lm_head(hidden.reshape([n, h]));
     }
 
     let width = tokens.iter().map(Vec::len).max().unwrap_or(0);
@@ -217,4 +228,42 @@ pub fn generate<M: CausalLm>(
         padded: Tensor::from_data(TensorData::new(padded, [b, width]), &device),
         mask: Tensor::from_data(TensorData::new(out_mask, [b, width]), &device),
     })
+}
+
+/// The rows of a running generation batch: which prompt each row is, and whether it has
+/// finished. A finished row still costs a full row of every decode step (fed the pad id with
+/// mask 0) until it is dropped; dropping copies the whole KV cache, so it waits until an eighth
+/// of the rows are finished. Rows are independent (their own RNG stream, their own attention
+/// row), so the batch they run in changes nothing but float rounding.
+struct Batch {
+    rows: Vec<usize>,
+    finished: Vec<bool>,
+}
+
+impl Batch {
+    fn new(b: usize) -> Self {
+        Self {
+            rows: (0..b).collect(),
+            finished: vec![false; b],
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Drops the finished rows once they are an eighth of the batch and returns the batch
+    /// positions kept (to select from the cache and the mask), else `None`.
+    fn drop_finished(&mut self) -> Option<Vec<i64>> {
+        let done = self.finished.iter().filter(|&&f| f).count();
+        if done == 0 || done * 8 < self.rows.len() {
+            return None;
+        }
+        let keep: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| !self.finished[i])
+            .collect();
+        self.rows = keep.iter().map(|&i| self.rows[i]).collect();
+        self.finished = vec![false; self.rows.len()];
+        Some(keep.into_iter().map(|i| i as i64).collect())
+    }
 }

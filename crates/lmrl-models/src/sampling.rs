@@ -268,7 +268,20 @@ impl TokenChooser {
     /// to the last positive-mass token to guard against float rounding at the top end.
     /// Log-probs are `log_softmax(processed)[token]`.
     pub fn choose(&mut self, processed: Tensor<2>) -> Result<Choice> {
+        let rows: Vec<usize> = (0..processed.dims()[0]).collect();
+        self.choose_rows(processed, &rows)
+    }
+
+    /// [`TokenChooser::choose`] for a batch whose row `i` is row `rows[i]` of the first call
+    /// (a generation that dropped its finished rows): each row keeps drawing from its own stream.
+    pub fn choose_rows(&mut self, processed: Tensor<2>, rows: &[usize]) -> Result<Choice> {
         let [batch, vocab] = processed.dims();
+        if rows.len() != batch {
+            return Err(ModelError::Input(format!(
+                "{} row indices for a batch of {batch} rows",
+                rows.len()
+            )));
+        }
         let device = processed.device();
         let logprobs_all = log_softmax(processed.clone(), 1);
         let idx: Tensor<2, Int> = match self.sampling {
@@ -277,14 +290,13 @@ impl TokenChooser {
                 let probs = logprobs_all.clone().exp();
                 let cdf = probs.clone().cumsum(1);
                 let total = cdf.clone().narrow(1, vocab - 1, 1); // [B, 1]
-                for r in self.rngs.len()..batch {
+                let needed = rows.iter().max().map_or(0, |&r| r + 1);
+                for r in self.rngs.len()..needed {
                     let seed = row_seed(self.seed, self.first_row + r as u64);
                     self.rngs.push(StdRng::seed_from_u64(seed));
                 }
-                let uniforms: Vec<f32> = self.rngs[..batch]
-                    .iter_mut()
-                    .map(|rng| rng.random::<f32>())
-                    .collect();
+                let uniforms: Vec<f32> =
+                    rows.iter().map(|&r| self.rngs[r].random::<f32>()).collect();
                 let u = Tensor::<2>::from_data(TensorData::new(uniforms, [batch, 1]), &device);
                 let target = total.mul(u);
                 let count = cdf

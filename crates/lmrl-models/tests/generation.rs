@@ -358,6 +358,44 @@ fn cache_and_no_cache_agree() {
     }
 }
 
+/// Rows that finish early leave the running batch (and its cache); the rows still generating
+/// sample exactly what the cache-free reference, which keeps every row to the end, samples.
+#[test]
+fn finished_rows_leave_the_batch_and_change_nothing_else() {
+    for name in ["gpt2-tiny", "llama-tiny"] {
+        let model = load(name);
+        let (base, _) = fixture_prompts(name);
+        // 12 prompts of several lengths, so that rows stop at different steps.
+        let prompts: Vec<Vec<u32>> = (0..12)
+            .map(|i| {
+                let p = &base[i % base.len()];
+                p[..p.len() - (i / base.len()).min(p.len() - 1)].to_vec()
+            })
+            .collect();
+        let mut cfg = sample_cfg(5, 0, 1.0, 1.0);
+        let probe = generate(&model, &prompts, &cfg, &device()).unwrap();
+        // The token the probe draws most often as EOS.
+        let mut counts = std::collections::BTreeMap::<u32, usize>::new();
+        for &t in probe.tokens.iter().flatten() {
+            *counts.entry(t).or_default() += 1;
+        }
+        let eos = counts
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(t, _)| *t)
+            .unwrap();
+        cfg.eos_token_id = Some(eos);
+        let out = generate(&model, &prompts, &cfg, &device()).unwrap();
+        let lengths: std::collections::BTreeSet<usize> = out.tokens.iter().map(Vec::len).collect();
+        assert!(
+            lengths.len() >= 3,
+            "{name}: rows stop at too few steps: {lengths:?}"
+        );
+        assert!(lengths.contains(&cfg.max_new_tokens), "{name}: {lengths:?}");
+        assert_same_generation(&out, &generate_no_cache(&model, &prompts, &cfg));
+    }
+}
+
 #[test]
 fn top_k_one_equals_greedy_with_logprob_zero() {
     let model = load("llama-tiny");
