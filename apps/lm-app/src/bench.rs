@@ -7,12 +7,11 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::Args;
 use lmrl_models::{
     AutoLm, CausalLm, GenerationConfig, KvCache, ModelConfig, Sampling, TokenChooser, generate,
-    left_pad, process_logits,
+    left_pad, log_softmax, process_logits,
 };
 
 #[derive(Args, Debug)]
@@ -106,7 +105,7 @@ fn lm_loss(model: &AutoLm, ids: &[Vec<u32>], device: &Device) -> Tensor<1> {
     let [_, _, v] = logits.dims();
     let pred = logits.narrow(1, 0, s - 1).reshape([b * (s - 1), v]);
     let targets = input.narrow(1, 1, s - 1).reshape([b * (s - 1), 1]);
-    log_softmax(pred, 1).gather(1, targets).mean().neg()
+    log_softmax(pred).gather(1, targets).mean().neg()
 }
 
 fn bench_model(

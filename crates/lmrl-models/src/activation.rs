@@ -34,13 +34,18 @@ impl Activation {
 /// `x·σ(2√(2/π)·x·(1 + 0.044715x²))` (since `(1 + tanh u)/2 = σ(2u)`).
 ///
 /// Why not burn's `gelu_approximate`: it composes `powf_scalar(3)` and `tanh`, two
-/// single-threaded libm calls per element on flex (`burn-flex` `ops/unary.rs::unary_op`), and
-/// cost ~6× this form (74 ms against 13 ms on `[8, 64, 3072]`, ~0.7 s of a GPT-2 small
-/// forward over 8×64 tokens); one `sigmoid` (one `exp`) and plain multiplies do the same work.
-/// Agrees with it to < 1e-6 absolute.
+/// single-threaded libm calls per element on flex, and cost ~6× the sigmoid form (74 ms against
+/// 13 ms on `[8, 64, 3072]`). On the CPU backend (this crate's `flex` feature) the sigmoid form
+/// is one fused multi-threaded pass with a hand-written backward (`crate::fused`), which keeps
+/// only its input for the backward instead of the six intermediates of the composite below.
+/// Agrees with `gelu_approximate` to < 1e-6 absolute.
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     /// `2·√(2/π)`.
     const C: f64 = 2.0 * 0.797_884_560_802_865_4;
+    #[cfg(feature = "flex")]
+    if crate::fused::takes(&x) {
+        return crate::fused::gelu_tanh(x);
+    }
     let u = (x.clone() * x.clone())
         .mul_scalar(C * 0.044_715)
         .add_scalar(C)

@@ -39,6 +39,17 @@ pub fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
     x.reshape([b, s, heads, hd / heads]).swap_dims(1, 2)
 }
 
+/// Softmax over the last dimension: on the CPU backend one fused pass with a hand-written
+/// backward `p·(g − Σ p·g)` (`crate::fused`; burn's composite records five ops under autodiff),
+/// elsewhere burn's `softmax`.
+fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    #[cfg(feature = "flex")]
+    if crate::fused::takes(&x) {
+        return crate::fused::softmax(x);
+    }
+    softmax(x, D - 1)
+}
+
 /// Softmax attention `softmax(q·kᵀ/√D + bias)·v` (HF `eager_attention_forward`).
 ///
 /// `q`: `[B, H, S, D]`; `k`, `v`: `[B, KV, T, D]` with `H = G·KV` (query head `h` uses key/value
@@ -52,7 +63,7 @@ pub fn attend(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, bias: Tensor<4>) -> Tens
         .reshape([b, kv, g * s, d]);
     let scores = q.matmul(k.swap_dims(2, 3)).reshape([b, kv, g, s, t]);
     let scores = scores + bias.reshape([b, 1, 1, s, t]);
-    let probs = softmax(scores, 4).reshape([b, kv, g * s, t]);
+    let probs = softmax_last(scores).reshape([b, kv, g * s, t]);
     let ctx = probs.matmul(v).reshape([b, h, s, d]);
     ctx.swap_dims(1, 2).reshape([b, s, h * d])
 }

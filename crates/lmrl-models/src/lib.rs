@@ -19,6 +19,8 @@ mod auto;
 mod cache;
 mod config;
 mod error;
+#[cfg(feature = "flex")]
+mod fused;
 mod generation;
 pub mod gguf;
 mod gpt2;
@@ -27,6 +29,7 @@ mod layers;
 mod llama;
 mod lm;
 mod loader;
+mod log_softmax;
 mod lora;
 mod pretrained;
 mod sampling;
@@ -50,6 +53,7 @@ pub use loader::{
     CONFIG_FILE, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, causal_lm_from_tensors, read_weights,
     write_safetensors,
 };
+pub use log_softmax::{entropy_rows, kl_rows, log_softmax};
 pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
 pub use pretrained::Pretrained;
 pub use sampling::{

@@ -18,12 +18,13 @@
 //! index [`GenerationConfig::first_row`] + r) by [`row_seed`]. A sample's noise therefore does
 //! not depend on which batch, chunk or rank it was generated in — what makes a data-parallel
 //! run sample the same responses as a single process.
-use burn::tensor::activation::{log_softmax, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::{ModelError, Result};
+use crate::log_softmax::log_softmax;
 
 /// How the next token is chosen from the processed logits.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -283,7 +284,7 @@ impl TokenChooser {
             )));
         }
         let device = processed.device();
-        let logprobs_all = log_softmax(processed.clone(), 1);
+        let logprobs_all = log_softmax(processed.clone());
         let idx: Tensor<2, Int> = match self.sampling {
             Sampling::Greedy => processed.argmax(1),
             Sampling::Sample { .. } => {

@@ -9,13 +9,13 @@
 //! The gather is [`response_logprobs`], which is differentiable, so the PPO loss can call it on
 //! an autodiff forward pass.
 use burn::module::Module;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
 use crate::generation::left_pad;
 use crate::lm::{CausalLm, arange_positions};
+use crate::log_softmax::log_softmax;
 use crate::value_head::LmWithValueHead;
 
 /// A batch of `[q; y]` sequences, right-padded, with what is needed to find the response tokens.
@@ -216,7 +216,7 @@ pub fn response_logprobs<M: CausalLm>(
     let device = hidden.device();
     let selected = at_responses(hidden, batch); // [B, T, H]
     let [b, t, h] = selected.dims();
-    let ls = log_softmax(model.lm_head(selected.reshape([b * t, h])), 1); // [B·T, V]
+    let ls = log_softmax(model.lm_head(selected.reshape([b * t, h]))); // [B·T, V]
     let v = ls.dims()[1];
     let ids = batch.response_id_column(&device);
     let logprobs = ls.clone().gather(1, ids).reshape([b, t]) * batch.response_mask(&device);

@@ -4,7 +4,8 @@
 //! epochs, minibatch 8, lr 1.41e-5.
 //!
 //! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH] [--reps N]
-//! [--batch B] [--query-len Q] [--response-len R] [--only ppo|cory]`
+//! [--batch B] [--query-len Q] [--response-len R] [--only ppo|cory]`, on the CPU backend `flex`,
+//! or on libtorch's CPU kernels with `--features tch` (scripts/setup-tch.sh sets libtorch up)
 //! (defaults: batch 8, query 16, response 32, both). Minibatches hold at most 8 samples, with
 //! gradients accumulated over the batch (one Adam step per PPO epoch, as the apps run PPO), so
 //! the cost of larger batches is the cost of more samples, not of larger tensors;
@@ -15,7 +16,9 @@
 //! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
 //! Prints one JSON line: step seconds (median), generation seconds, the median of whole
 //! `CoryTrainer` iterations as the apps run them (pioneer generation, the observer's prompt
-//! from IMDB's template, its generation, rewards, both updates on two threads), peak RSS. With
+//! from IMDB's template, its generation, rewards, both updates on two threads), peak RSS (of the
+//! PPO part alone — one policy, its optimiser state and the reference through both step shapes —
+//! and of the whole process, which then holds CORY's two copies). With
 //! `--compare-sequential` also CORY with its two updates one after the other
 //! (`CoryConfig::concurrent_updates = false`).
 use std::path::PathBuf;
@@ -74,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(x) => return Err(format!("--only: expected `ppo` or `cory`, got `{x}`").into()),
     };
 
-    let plain = Device::flex();
+    let (plain, backend) = cpu_device();
     plain.seed(0);
     let ad = plain.clone().autodiff();
     let (policy_lm, reference, name) = match &model {
@@ -150,6 +153,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("rep {rep}: generation {g:.2} s, step {s:.2} s, observer-shaped step {o:.2} s");
     }
     let (g, s, o) = (median(&gen_s), median(&step_s), median(&obs_step_s));
+    // One policy with value head, its Adam state and the reference, through both step shapes:
+    // the process a TRL PPO run is (compared with TRL's process at query 80).
+    let ppo_peak = peak_rss_mib();
     drop(agent);
 
     // Two copies of the policy forked from one base, as `imdb-app --algo cory` builds them.
@@ -217,7 +223,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let out = serde_json::json!({
         "model": name,
-        "backend": "flex",
+        "backend": backend,
         "batch": batch, "query_len": query, "response_len": response, "ppo_epochs": 4,
         "mini_batch_size": mini,
         "ppo_step_secs_median": s,
@@ -229,10 +235,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cory_sequential_iteration_secs": cory_runs.get(1).map(|r| median(&r.1)),
         "cory_observer_prompt_len": observer_len,
         "observer_step_secs_median": o,
+        "ppo_peak_rss_mib": ppo_peak,
         "peak_rss_mib": peak_rss_mib(),
     });
     println!("{out}");
     Ok(())
+}
+
+/// The CPU device this build benchmarks: libtorch with `--features tch`, else flex.
+fn cpu_device() -> (Device, &'static str) {
+    #[cfg(feature = "tch")]
+    #[allow(deprecated)]
+    return (Device::libtorch(), "tch");
+    #[cfg(not(feature = "tch"))]
+    (Device::flex(), "flex")
 }
 
 /// Text as the ids in decimal, each after a space; other words (the template's) hash to an id.

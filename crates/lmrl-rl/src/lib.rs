@@ -15,6 +15,7 @@ pub mod dist;
 mod error;
 pub mod group;
 mod learner;
+pub mod optim;
 pub mod ppo;
 mod util;
 

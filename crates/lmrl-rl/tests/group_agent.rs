@@ -377,7 +377,9 @@ fn cory_runs_group_learners_with_g_samples_per_query() {
                 _ => Box::new(GroupAgent::rloo(m, rloo(), &ad).unwrap()),
             }
         };
-        let (l1, l2) = (make(lm.clone()), make(lm));
+        // Forked, not cloned: the two updates run on two threads and must share no autodiff
+        // node (`CoryConfig::concurrent_updates`).
+        let (l1, l2) = (make(lm.clone().fork(&ad)), make(lm.fork(&ad)));
         let config = CoryConfig {
             swap_period: 1,
             ..CoryConfig::default()

@@ -32,12 +32,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use burn::module::{Flag, ModuleMapper, Param};
-use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
-use burn::tensor::activation::log_softmax;
+use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use lmrl_models::{
-    AutoLm, CausalLm, Generation, GenerationConfig, QueryResponseBatch, generate,
-    response_hidden_states,
+    AutoLm, CausalLm, Generation, GenerationConfig, QueryResponseBatch, entropy_rows, generate,
+    kl_rows, log_softmax, response_hidden_states,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -165,11 +164,7 @@ impl GroupAlgorithm {
             Self::Rloo(c) => (c.adam_beta1, c.adam_beta2, c.adam_epsilon),
         };
         // PyTorch's Adam(W) with TRL's `weight_decay=0`: β 0.9/0.999, ε 1e-8.
-        AdamConfig::new()
-            .with_beta_1(b1)
-            .with_beta_2(b2)
-            .with_epsilon(eps)
-            .init()
+        crate::optim::adam(b1, b2, eps)
     }
 
     /// A no-grad pass over the whole batch is needed before the first update: off-policy the
@@ -380,11 +375,11 @@ fn response_logits<M: CausalLm>(
 
 /// The log-softmax rows at temperature 1 and at `temperature` (the same tensor when it is 1).
 fn log_softmaxes(logits: Tensor<2>, temperature: f64) -> (Tensor<2>, Tensor<2>) {
-    let ls1 = log_softmax(logits.clone(), 1);
+    let ls1 = log_softmax(logits.clone());
     let lst = if temperature == 1.0 {
         ls1.clone()
     } else {
-        log_softmax(logits.div_scalar(temperature as f32), 1)
+        log_softmax(logits.div_scalar(temperature as f32))
     };
     (ls1, lst)
 }
@@ -398,12 +393,8 @@ fn gather(ls: Tensor<2>, ids: Tensor<2, Int>, mask: &Tensor<2>) -> Tensor<2> {
 /// Per-token full KL Σ_v p(v)(log p(v) − log p_ref(v)) and entropy −Σ_v p log p, `[B, T]`,
 /// from `[B·T, V]` rows (no gradient).
 fn kl_and_entropy(ls: Tensor<2>, ref_ls: Tensor<2>, b: usize, t: usize) -> (Tensor<2>, Tensor<2>) {
-    let p = ls.clone().exp();
-    let kl = (p.clone() * (ls.clone() - ref_ls))
-        .sum_dim(1)
-        .reshape([b, t]);
-    let ent = (p * ls).sum_dim(1).neg().reshape([b, t]);
-    (kl, ent)
+    let kl = kl_rows(ls.clone(), ref_ls).reshape([b, t]);
+    (kl, entropy_rows(ls).reshape([b, t]))
 }
 
 /// Masked row sums of a `[B, T]` tensor, on the host.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use burn::module::{Flag, Module, ModuleMapper, Param};
 
-use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use lmrl_models::{
     AutoLm, CausalLm, Generation, GenerationConfig, LmWithValueHead, Pretrained,
@@ -109,11 +109,7 @@ impl<M: CausalLm> std::fmt::Debug for PpoAgent<M> {
 
 fn adam(config: &PpoConfig) -> ModuleOptimizer {
     // PyTorch `torch.optim.Adam` defaults (TRL's optimizer): no weight decay, ε 1e-8.
-    AdamConfig::new()
-        .with_beta_1(config.adam_beta1)
-        .with_beta_2(config.adam_beta2)
-        .with_epsilon(config.adam_epsilon)
-        .init()
+    crate::optim::adam(config.adam_beta1, config.adam_beta2, config.adam_epsilon)
 }
 
 fn kl_controller(config: &PpoConfig) -> KlController {

@@ -4,7 +4,8 @@
 //! (TRL computes them for every position and masks later, in `record_step_stats` and through the
 //! masked GAE).
 
-use burn::tensor::{Tensor, activation::log_softmax};
+use burn::tensor::Tensor;
+use lmrl_models::{kl_rows, log_softmax};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
@@ -47,7 +48,7 @@ pub struct TokenLogProbs {
 /// TRL `logprobs_from_logits(logits, labels)`: log-softmax over the vocabulary, then the entry of
 /// each label. `logits` `[B, T, V]`, `labels` `[B, T]` → `[B, T]`.
 pub fn logprobs_from_logits(logits: Tensor<3>, labels: Tensor<2, burn::tensor::Int>) -> Tensor<2> {
-    gather_logprobs(log_softmax(logits, 2), labels)
+    gather_logprobs(log_softmax(logits), labels)
 }
 
 /// Gathers the log-probabilities of `labels` from a `[B, T, V]` log-softmax.
@@ -76,10 +77,12 @@ pub fn kl_mse(logprobs: Tensor<2>, ref_logprobs: Tensor<2>) -> Tensor<2> {
 /// KL_t = Σ_v p_θ(v)·(log p_θ(v) − log p_ref(v)) from two `[B, T, V]` log-softmax tensors
 /// (the per-token KL of the reward shaping; `docs/cory.md`).
 pub fn kl_full(log_softmax: Tensor<3>, ref_log_softmax: Tensor<3>) -> Tensor<2> {
-    let p = log_softmax.clone().exp();
-    (p * (log_softmax - ref_log_softmax))
-        .sum_dim(2)
-        .squeeze_dim::<2>(2)
+    let [b, t, v] = log_softmax.dims();
+    kl_rows(
+        log_softmax.reshape([b * t, v]),
+        ref_log_softmax.reshape([b * t, v]),
+    )
+    .reshape([b, t])
 }
 
 /// Dispatches on `kind` (TRL `PPOTrainer._kl_penalty`). For [`KlPenalty::Full`] both inputs must

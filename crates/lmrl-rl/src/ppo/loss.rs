@@ -1,7 +1,8 @@
 //! The PPO objective: TRL 0.11 `PPOTrainer.loss` (clipped surrogate, Schulman et al. 2017 eq. 7,
 //! plus TRL's clipped value loss) and its logged statistics.
 
-use burn::tensor::{Tensor, activation::softmax};
+use burn::tensor::Tensor;
+use lmrl_models::{entropy_rows, log_softmax};
 
 use crate::error::Result;
 use crate::ppo::mask::ResponseMask;
@@ -94,17 +95,12 @@ pub struct PpoLoss {
     pub stats: LossStats,
 }
 
-/// TRL `entropy_from_logits`: `logsumexp(logits) − Σ softmax(logits)·logits`, per position.
-/// Accepts logits or a log-softmax (for which it is −Σ p·log p).
+/// TRL `entropy_from_logits`: `logsumexp(logits) − Σ softmax(logits)·logits`, per position,
+/// computed as the equal `−Σ p·log p` with `log p = log_softmax(logits)` (two fused row passes
+/// instead of TRL's eight element-wise ones). Accepts logits or a log-softmax.
 pub fn entropy_from_logits(logits: Tensor<3>) -> Tensor<2> {
-    let max = logits.clone().max_dim(2);
-    let lse = (logits.clone() - max.clone())
-        .exp()
-        .sum_dim(2)
-        .log()
-        .add(max);
-    let pd = softmax(logits.clone(), 2);
-    (lse - (pd * logits).sum_dim(2)).squeeze_dim::<2>(2)
+    let [b, t, v] = logits.dims();
+    entropy_rows(log_softmax(logits.reshape([b * t, v]))).reshape([b, t])
 }
 
 /// TRL `clip_by_value(x, lo, hi)` = `max(min(x, hi), lo)` (element-wise bounds).

@@ -1,0 +1,291 @@
+//! Fused CPU kernels with hand-written backward passes, as a burn backend extension of the
+//! `flex` backend (this crate's `flex` feature).
+//!
+//! burn composes log-softmax, softmax and the tanh GELU from 5–7 element-wise ops each; on
+//! `flex` every one is a separate pass over the tensor on one thread, and under autodiff every
+//! one records its own backward and keeps its own copy of the tensor. Here each is one
+//! multi-threaded pass forward and one backward, keeping one tensor for the backward (the
+//! output of the softmaxes, the input of the GELU). The public functions that use them
+//! ([`crate::log_softmax`], [`crate::gelu_tanh`], the attention softmax) fall back to burn's
+//! composite for any tensor this module does not take (another backend, another dtype); the
+//! two compute the same function up to float rounding (`kernels::exp` is a polynomial with a
+//! relative error under 2e-7, and sums are taken in another order).
+mod kernels;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Dispatch, DispatchTensorKind, Flex, backend_extension};
+use burn::tensor::{DType, Shape, Tensor, TensorData};
+use burn_flex::FlexTensor;
+use rayon::prelude::*;
+
+/// The fused ops. `Flex` runs them; `Autodiff<Flex>` adds the backward of the three
+/// differentiable ones (the row statistics carry no gradient).
+#[backend_extension(Flex: cfg(feature = "flex"), Autodiff)]
+pub trait FusedOps: Backend {
+    /// Log-softmax over the last dimension.
+    fn fused_log_softmax(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// Softmax over the last dimension.
+    fn fused_softmax(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// GPT-2's tanh GELU, element-wise.
+    fn fused_gelu_tanh(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `Σ exp(a)·(a − b)` per row of two `[N, V]` tensors, `[N]`.
+    fn fused_kl_rows(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `−Σ exp(a)·a` per row of an `[N, V]` tensor, `[N]`.
+    fn fused_entropy_rows(a: FloatTensor<Self>) -> FloatTensor<Self>;
+}
+
+/// Elements handed to one rayon task: enough to amortise waking a worker, few enough that two
+/// cores share a layer's activations evenly.
+const TASK_ELEMENTS: usize = 1 << 15;
+
+/// Whether this module takes `x`: f32, on the CPU backend with or without autodiff,
+/// non-empty. The ops below expect tensors it takes.
+pub(crate) fn takes<const D: usize>(x: &Tensor<D>) -> bool {
+    #[allow(unreachable_patterns)] // with only `flex` compiled in, nothing else can match
+    fn on_flex(kind: &DispatchTensorKind) -> bool {
+        match kind {
+            DispatchTensorKind::Flex(_) => true,
+            DispatchTensorKind::Autodiff(inner) => on_flex(inner),
+            _ => false,
+        }
+    }
+    x.dtype() == DType::F32
+        && x.dims().iter().all(|&d| d > 0)
+        && on_flex(&x.clone().into_dispatch().kind)
+}
+
+/// Log-softmax over the last dimension.
+pub(crate) fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_log_softmax(x.into_dispatch()))
+}
+
+/// Softmax over the last dimension.
+pub(crate) fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_softmax(x.into_dispatch()))
+}
+
+/// GPT-2's tanh GELU.
+pub(crate) fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_gelu_tanh(x.into_dispatch()))
+}
+
+/// `Σ exp(a)·(a − b)` per row of two same-shape `[N, V]` tensors.
+pub(crate) fn kl_rows(a: Tensor<2>, b: Tensor<2>) -> Tensor<1> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_kl_rows(
+        a.into_dispatch(),
+        b.into_dispatch(),
+    ))
+}
+
+/// `−Σ exp(a)·a` per row of an `[N, V]` tensor.
+pub(crate) fn entropy_rows(a: Tensor<2>) -> Tensor<1> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_entropy_rows(
+        a.into_dispatch(),
+    ))
+}
+
+/// The elements of a tensor in row-major order (a copy only when it is a strided view).
+fn contiguous(x: &FlexTensor) -> (FlexTensor, Shape) {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
+    (x, shape)
+}
+
+fn elements(x: &FlexTensor) -> &[f32] {
+    let n = x.layout().shape().num_elements();
+    &x.storage::<f32>()[x.layout().start_offset()..][..n]
+}
+
+fn last_dim(shape: &Shape) -> usize {
+    shape[shape.num_dims() - 1]
+}
+
+/// `kernel(row_in, row_out)` for every row of the last dimension, rows in parallel.
+fn rowwise(x: FlexTensor, kernel: fn(&[f32], &mut [f32])) -> FlexTensor {
+    let (x, shape) = contiguous(&x);
+    let v = last_dim(&shape);
+    let input = elements(&x);
+    let mut out = vec![0.0f32; input.len()];
+    let task = TASK_ELEMENTS.div_ceil(v).max(1) * v;
+    out.par_chunks_mut(task)
+        .zip(input.par_chunks(task))
+        .for_each(|(o, i)| {
+            for (o, i) in o.chunks_mut(v).zip(i.chunks(v)) {
+                kernel(i, o);
+            }
+        });
+    FlexTensor::from_data(TensorData::new(out, shape))
+}
+
+/// `kernel(a_row, b_row, out_row)` for every row of two same-shape tensors, rows in parallel.
+fn rowwise2(a: &FlexTensor, b: FlexTensor, kernel: fn(&[f32], &[f32], &mut [f32])) -> FlexTensor {
+    let ((a, shape), (b, _)) = (contiguous(a), contiguous(&b));
+    let v = last_dim(&shape);
+    let (a, b) = (elements(&a), elements(&b));
+    let mut out = vec![0.0f32; a.len()];
+    let task = TASK_ELEMENTS.div_ceil(v).max(1) * v;
+    out.par_chunks_mut(task)
+        .zip(a.par_chunks(task))
+        .zip(b.par_chunks(task))
+        .for_each(|((o, a), b)| {
+            for ((o, a), b) in o.chunks_mut(v).zip(a.chunks(v)).zip(b.chunks(v)) {
+                kernel(a, b, o);
+            }
+        });
+    FlexTensor::from_data(TensorData::new(out, shape))
+}
+
+/// `[N]` from `f(row of a, row of b)` for each of the N rows of `[N, V]` tensors.
+fn row_reduce(
+    a: FlexTensor,
+    b: Option<FlexTensor>,
+    f: impl Fn(&[f32], &[f32]) -> f32 + Sync,
+) -> FlexTensor {
+    let (a, shape) = contiguous(&a);
+    let b = b.map(|b| contiguous(&b).0);
+    let (n, v) = (shape[0], shape[1]);
+    let a = elements(&a);
+    let b = b.as_ref().map_or(&[][..], elements);
+    let mut out = vec![0.0f32; n];
+    out.par_iter_mut().enumerate().for_each(|(r, o)| {
+        let other = if b.is_empty() {
+            &[][..]
+        } else {
+            &b[r * v..][..v]
+        };
+        *o = f(&a[r * v..][..v], other);
+    });
+    FlexTensor::from_data(TensorData::new(out, [n]))
+}
+
+impl FusedOps for Flex {
+    fn fused_log_softmax(x: FlexTensor) -> FlexTensor {
+        rowwise(x, kernels::log_softmax)
+    }
+
+    fn fused_softmax(x: FlexTensor) -> FlexTensor {
+        rowwise(x, kernels::softmax)
+    }
+
+    fn fused_gelu_tanh(x: FlexTensor) -> FlexTensor {
+        // Element-wise: any row length will do, so the whole tensor is one row of chunks.
+        let (x, shape) = contiguous(&x);
+        let input = elements(&x);
+        let mut out = vec![0.0f32; input.len()];
+        out.par_chunks_mut(TASK_ELEMENTS)
+            .zip(input.par_chunks(TASK_ELEMENTS))
+            .for_each(|(o, i)| kernels::gelu_tanh(i, o));
+        FlexTensor::from_data(TensorData::new(out, shape))
+    }
+
+    fn fused_kl_rows(a: FlexTensor, b: FlexTensor) -> FlexTensor {
+        row_reduce(a, Some(b), kernels::kl)
+    }
+
+    fn fused_entropy_rows(a: FlexTensor) -> FlexTensor {
+        row_reduce(a, None, |a, _| -kernels::expected(a))
+    }
+}
+
+/// The backward of an op whose gradient is `kernel(state, upstream gradient)`, row by row
+/// (`ROWS`) or element by element.
+#[derive(Debug)]
+struct FusedBackward {
+    kernel: fn(&[f32], &[f32], &mut [f32]),
+    /// The kernel works on whole rows of the last dimension (else on any chunk).
+    rows: bool,
+}
+
+impl Backward<Flex, 1> for FusedBackward {
+    /// The forward's output (softmaxes) or input (GELU).
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let state = ops.state;
+        let (kernel, rows) = (self.kernel, self.rows);
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            if rows {
+                rowwise2(&state, grad, kernel)
+            } else {
+                elementwise2(&state, grad, kernel)
+            }
+        });
+    }
+}
+
+/// `kernel(a_chunk, b_chunk, out_chunk)` over chunks of two same-shape tensors, in parallel.
+fn elementwise2(
+    a: &FlexTensor,
+    b: FlexTensor,
+    kernel: fn(&[f32], &[f32], &mut [f32]),
+) -> FlexTensor {
+    let ((a, shape), (b, _)) = (contiguous(a), contiguous(&b));
+    let (a, b) = (elements(&a), elements(&b));
+    let mut out = vec![0.0f32; a.len()];
+    out.par_chunks_mut(TASK_ELEMENTS)
+        .zip(a.par_chunks(TASK_ELEMENTS))
+        .zip(b.par_chunks(TASK_ELEMENTS))
+        .for_each(|((o, a), b)| kernel(a, b, o));
+    FlexTensor::from_data(TensorData::new(out, shape))
+}
+
+/// Records `forward(x)` with a [`FusedBackward`] whose state is the output (`keep_output`) or
+/// the input.
+fn tracked<C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<Flex, C>>,
+    forward: fn(FlexTensor) -> FlexTensor,
+    backward: FusedBackward,
+    keep_output: bool,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    match backward.prepare::<C>([x.node()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let input = x.into_primitive();
+            if keep_output {
+                let out = forward(input);
+                prep.finish(out.clone(), out)
+            } else {
+                let out = forward(input.clone());
+                prep.finish(input, out)
+            }
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive())),
+    }
+}
+
+impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
+    fn fused_log_softmax(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let backward = FusedBackward {
+            kernel: kernels::log_softmax_backward,
+            rows: true,
+        };
+        tracked::<C>(x, Flex::fused_log_softmax, backward, true)
+    }
+
+    fn fused_softmax(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let backward = FusedBackward {
+            kernel: kernels::softmax_backward,
+            rows: true,
+        };
+        tracked::<C>(x, Flex::fused_softmax, backward, true)
+    }
+
+    fn fused_gelu_tanh(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let backward = FusedBackward {
+            kernel: kernels::gelu_tanh_backward,
+            rows: false,
+        };
+        tracked::<C>(x, Flex::fused_gelu_tanh, backward, false)
+    }
+
+    fn fused_kl_rows(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        FloatTensor::<Self>::new(Flex::fused_kl_rows(a.into_primitive(), b.into_primitive()))
+    }
+
+    fn fused_entropy_rows(a: FloatTensor<Self>) -> FloatTensor<Self> {
+        FloatTensor::<Self>::new(Flex::fused_entropy_rows(a.into_primitive()))
+    }
+}
