@@ -101,6 +101,13 @@ pub struct Gsm8kSettings {
     /// Repetition penalty of the training rollouts (1.0 = none).
     #[arg(long)]
     pub repetition_penalty: f32,
+    /// The training rollouts cannot end (EOS) before this many tokens (HF `min_new_tokens`;
+    /// evaluation is never constrained). CORY's default is 1: its shared reward pays a copy's
+    /// empty answer whenever the other copy is right, and one such update taught a pioneer to
+    /// answer nothing at all (docs/gsm8k-app.md).
+    #[arg(long)]
+    #[serde(default)]
+    pub min_new_tokens: usize,
     /// Test questions evaluated before and after training (0: no evaluation).
     #[arg(long)]
     pub eval_limit: usize,
@@ -148,7 +155,9 @@ impl Gsm8kConfig {
     /// at those a 135M model's responses shrink to one token within 6 iterations. Here every
     /// algorithm samples at temperature 0.5 and learns at 2e-6 (GRPO at 4e-6), and PPO skips
     /// the update of a batch whose rewards are all equal (`skip_equal_scores`), which otherwise
-    /// shortens the responses too. GRPO and RLOO (and CORY's copies with `--cory-learner grpo|rloo`):
+    /// shortens the responses too, starts its value head at zero and keeps its advantages
+    /// unwhitened (with TRL's random head and whitening, pass@1 fell 0.120 → 0.050; with
+    /// these, it rose to 0.145). GRPO and RLOO (and CORY's copies with `--cory-learner grpo|rloo`):
     /// `[grpo]` / `[rloo]`, sized for a run of ≈ 30 minutes on a 2-core CPU (docs/gsm8k-app.md).
     pub fn for_algo(algo: Algo) -> Self {
         let (batch, mini, gen_batch) = (8, 2, 8);
@@ -169,7 +178,9 @@ impl Gsm8kConfig {
                     Algo::Ppo | Algo::Cory => 10,
                 },
                 seed: 0,
-                value_head_init: ValueHeadInit::Default,
+                // PPO's critic: a head at PyTorch's init gives per-token values of std ≈ 0.7
+                // on SmolLM2, far above the 0/1 reward's signal (docs/gsm8k-app.md).
+                value_head_init: ValueHeadInit::Zeros,
                 lora_rank: 0,
                 lora_alpha: 16.0,
                 generation_batch_size: match algo {
@@ -194,6 +205,9 @@ impl Gsm8kConfig {
                 use_score_scaling: false,
                 use_score_norm: false,
                 skip_equal_scores: true,
+                // Whitened over a batch of different questions, the wrong answers' tokens all
+                // get negative advantages; raw, only the right answers' tokens are reinforced.
+                whiten_advantages: false,
                 ..PpoConfig::default()
             },
             grpo: GrpoConfig {
@@ -229,6 +243,7 @@ impl Gsm8kConfig {
                 stop_strings: default_stop_strings(),
                 temperature: TEMPERATURE,
                 repetition_penalty: 1.0,
+                min_new_tokens: usize::from(algo == Algo::Cory),
                 // The held-out measure of docs/gsm8k-app.md: 200 questions (0.5 points each).
                 eval_limit: 200,
                 eval_k: 1,
@@ -361,6 +376,8 @@ mod tests {
             assert_eq!(c.grpo.learning_rate, 2.0 * c.rloo.learning_rate);
             assert_eq!(c.gsm8k.temperature, 0.5);
             assert!(c.ppo.skip_equal_scores);
+            assert!(!c.ppo.whiten_advantages);
+            assert_eq!(c.run.value_head_init, ValueHeadInit::Zeros);
         }
     }
 

@@ -114,6 +114,7 @@ pub fn evaluate(
             seed: mix(&[s.seed, c as u64, stream::EVAL]),
             first_row: 0,
             stop_sequences: s.stop_sequences.clone(),
+            min_new_tokens: 0,
         };
         let owned: Vec<Vec<u32>> = chunk.iter().map(|p| (*p).clone()).collect();
         let g =

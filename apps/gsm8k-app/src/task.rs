@@ -274,6 +274,7 @@ impl Task for GsmTask {
             seed,
             first_row: 0,
             stop_sequences: self.stop_sequences.clone(),
+            min_new_tokens: self.settings.min_new_tokens,
         }
     }
 

@@ -340,8 +340,10 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
             ("--lora-rank", "2"),
             ("--eval-limit", "0"),
             ("--lr", "0.01"),
-            // The tiny model answers nothing right: train on its all-zero rewards anyway.
+            // The tiny model answers nothing right: train on its all-zero rewards anyway, with
+            // TRL's random value head (a zero one would make every advantage 0 here).
             ("--skip-equal-scores", "false"),
+            ("--value-head-init", "default"),
         ],
     );
     run_ok(&mut c);
@@ -397,6 +399,7 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
             ("--eval-limit", "0"),
             ("--lr", "0.01"),
             ("--skip-equal-scores", "false"),
+            ("--value-head-init", "default"),
             ("--iterations", "1"),
         ],
     );
@@ -749,15 +752,35 @@ fn oversampling_trains_on_the_groups_whose_rewards_differ() {
         let z = r.frac_reward_zero_std.expect("zero-std share");
         assert!((z * 4.0 - (z * 4.0).round()).abs() < 1e-9, "{z}");
     }
-    // Oversampling selects groups: a PPO run is refused.
-    let (code, err) = run_err(&mut train_cmd(
-        &t,
-        "ppo",
-        &t.dir.path().join("x"),
-        &[("--oversample", "2")],
-    ));
-    assert_eq!(code, 2);
-    assert!(err.contains("oversample"), "{err}");
+    // Under CORY with GRPO learners every drawn question is answered by both copies (each
+    // trains on the groups its own rewards tell apart: unit-tested in lmrl-rl).
+    let cory = t.dir.path().join("os-cory");
+    let flags = group_flags(
+        "grpo",
+        &[
+            ("--iterations", "1"),
+            ("--oversample", "2"),
+            ("--eval-limit", "0"),
+        ],
+    );
+    run_ok(&mut group_cmd(&t, "cory", "grpo", &cory, &flags));
+    let s = read_jsonl(&cory.join("samples.jsonl"));
+    assert_eq!(
+        s.len(),
+        2 * 4 * 2,
+        "4 questions × G 2, pioneer and observer"
+    );
+    // Oversampling selects groups: a PPO run, or CORY over PPO learners, is refused.
+    for algo in ["ppo", "cory"] {
+        let (code, err) = run_err(&mut train_cmd(
+            &t,
+            algo,
+            &t.dir.path().join("x"),
+            &[("--oversample", "2")],
+        ));
+        assert_eq!(code, 2);
+        assert!(err.contains("oversample"), "{algo}: {err}");
+    }
 }
 
 #[test]

@@ -431,11 +431,12 @@ fn a_run_that_cannot_start_creates_nothing() {
 fn a_diverged_run_fails_naming_the_iteration_and_starts_again_in_place() {
     let t = tiny();
     // The tiny model answers nothing right: its all-zero rewards must still be trained on to
-    // diverge.
+    // diverge, with TRL's random value head (a zero one would make every advantage 0 here).
     let flags = [
         ("--iterations", "3"),
         ("--checkpoint-every", "3"),
         ("--skip-equal-scores", "false"),
+        ("--value-head-init", "default"),
     ];
     let full = t.dir.path().join("full");
     run_ok(&mut train_cmd(&t, "ppo", &full, &flags));

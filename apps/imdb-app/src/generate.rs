@@ -57,6 +57,7 @@ pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
         seed: args.seed,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     };
     let prompts = vec![ids; args.num.max(1)];
     let g = generate(&lm, &prompts, &cfg, &device)?;

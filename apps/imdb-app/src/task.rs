@@ -187,6 +187,7 @@ impl Task for ImdbTask {
             seed,
             first_row: 0,
             stop_sequences: Vec::new(),
+            min_new_tokens: 0,
         }
     }
 

@@ -127,6 +127,7 @@ fn bench_model(
         seed: 0,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     };
     let gen_secs = time_reps(args.reps, || {
         generate(infer, &prompts, &cfg, device)?;

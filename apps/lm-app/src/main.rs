@@ -270,6 +270,7 @@ fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationC
         seed: args.seed,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     }
 }
 

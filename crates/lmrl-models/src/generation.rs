@@ -14,7 +14,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
 use crate::lm::CausalLm;
-use crate::sampling::{GenerationConfig, TokenChooser, presence_mask, process_logits};
+use crate::sampling::{
+    GenerationConfig, TokenChooser, presence_mask, process_logits, suppress_early_eos,
+};
 
 /// What [`generate`] produced for a batch of prompts.
 #[derive(Debug, Clone)]
@@ -175,7 +177,9 @@ pub fn generate<M: CausalLm>(
             let rows: Vec<Vec<u32>> = batch.rows.iter().map(|&r| history[r].clone()).collect();
             presence_mask(&rows, vocab, &device)
         });
-        let choice = chooser.choose_rows(process_logits(last, seen, cfg), &batch.rows)?;
+        // Every row still running has generated `step` tokens.
+        let logits = suppress_early_eos(last, step, cfg);
+        let choice = chooser.choose_rows(process_logits(logits, seen, cfg), &batch.rows)?;
         for (i, &r) in batch.rows.iter().enumerate() {
             if batch.finished[i] {
                 continue;

@@ -58,7 +58,7 @@ pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
 pub use pretrained::Pretrained;
 pub use sampling::{
     Choice, GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, apply_temperature,
-    presence_mask, process_logits, row_seed, top_k_filter, top_p_filter,
+    presence_mask, process_logits, row_seed, suppress_early_eos, top_k_filter, top_p_filter,
 };
 pub use scoring::{
     QueryResponseBatch, RefScored, Scored, response_hidden_states, response_logprobs,

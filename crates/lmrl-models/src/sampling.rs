@@ -78,6 +78,9 @@ pub struct GenerationConfig {
     /// `Question:` (HF `stop_strings`, matched on ids). Empty sequences are ignored; empty: no
     /// stop besides EOS and `max_new_tokens`.
     pub stop_sequences: Vec<Vec<u32>>,
+    /// No EOS before this many new tokens (HF `min_new_tokens`: the EOS logit is −∞ until
+    /// then); 0 = off. Stop sequences still end a row.
+    pub min_new_tokens: usize,
 }
 
 impl GenerationConfig {
@@ -100,6 +103,7 @@ impl GenerationConfig {
             seed: 0,
             first_row: 0,
             stop_sequences: Vec::new(),
+            min_new_tokens: 0,
         }
     }
 
@@ -193,6 +197,26 @@ pub fn top_p_filter(logits: Tensor<2>, top_p: f32) -> Tensor<2> {
         .scatter(1, order, remove_sorted, IndexingUpdateOp::Add)
         .greater_elem(0.5);
     logits.mask_fill(remove, f32::NEG_INFINITY)
+}
+
+/// HF `MinNewTokensLengthLogitsProcessor`: while fewer than [`GenerationConfig::min_new_tokens`]
+/// tokens have been generated (`generated`), EOS cannot be drawn.
+pub fn suppress_early_eos(
+    logits: Tensor<2>,
+    generated: usize,
+    cfg: &GenerationConfig,
+) -> Tensor<2> {
+    match cfg.eos_token_id {
+        Some(eos) if generated < cfg.min_new_tokens => {
+            let [batch, vocab] = logits.dims();
+            let eos = eos as usize;
+            if eos >= vocab {
+                return logits;
+            }
+            logits.slice_fill([0..batch, eos..eos + 1], f32::NEG_INFINITY)
+        }
+        _ => logits,
+    }
 }
 
 /// The whole HF processor chain of one step for `cfg.sampling`: repetition penalty (when `seen`

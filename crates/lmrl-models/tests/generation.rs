@@ -158,6 +158,55 @@ fn per_row_stop_at_eos() {
     assert_eq!(out.logprobs[0].len(), 1);
 }
 
+/// `min_new_tokens` (HF's): with eos = llama row 0's first greedy token, row 0 cannot stop
+/// before 3 tokens, so its first token is the runner-up of the fixture's logits; a row whose
+/// free run has no EOS among its first 3 tokens is unchanged.
+#[test]
+fn min_new_tokens_holds_eos_back() {
+    let model = load("llama-tiny");
+    let (prompts, _) = fixture_prompts("llama-tiny");
+    let free = GenerationConfig::greedy(6, None, 0);
+    let eos = generate(&model, &prompts, &free, &device()).unwrap().tokens[0][0];
+    let cfg = GenerationConfig {
+        eos_token_id: Some(eos),
+        min_new_tokens: 3,
+        ..free.clone()
+    };
+    let out = generate(&model, &prompts, &cfg, &device()).unwrap();
+    let stopping = GenerationConfig {
+        eos_token_id: Some(eos),
+        ..free.clone()
+    };
+    let plain = generate(&model, &prompts, &stopping, &device()).unwrap();
+    assert_eq!(plain.tokens[0], vec![eos]);
+    for (r, row) in out.tokens.iter().enumerate() {
+        assert!(row.len() >= 3, "row {r}: {row:?}");
+        assert!(!row[..3].contains(&eos), "row {r}: {row:?}");
+        if !plain.tokens[r].iter().take(3).any(|&t| t == eos) {
+            assert_eq!(row, &plain.tokens[r], "row {r}");
+        }
+    }
+    // Row 0's first token: the argmax of its first-step logits once EOS is excluded.
+    let step0 = lmrl_models::suppress_early_eos(first_step_logits(&model, &prompts), 0, &cfg);
+    let best = to_vec2(step0)[0]
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as u32);
+    assert_eq!(Some(out.tokens[0][0]), best);
+    // Past the floor it changes nothing.
+    let late = lmrl_models::suppress_early_eos(first_step_logits(&model, &prompts), 3, &cfg);
+    assert_eq!(to_vec2(late), to_vec2(first_step_logits(&model, &prompts)));
+}
+
+/// The next-token logits of every prompt (left-padded), `[B, V]`.
+fn first_step_logits(model: &AutoLm, prompts: &[Vec<u32>]) -> Tensor<2> {
+    let (ids, mask, positions) = left_pad(prompts, 0, &device());
+    let logits = model.forward(ids, positions, mask, None).logits;
+    let [b, l, v] = logits.dims();
+    logits.slice([0..b, l - 1..l, 0..v]).reshape([b, v])
+}
+
 /// A row stops once its new tokens end with a stop sequence (kept, as the EOS is); the other
 /// rows, and the samples of a row before its stop, are those of the run without stop sequences.
 #[test]
@@ -202,6 +251,7 @@ fn sample_cfg(seed: u64, top_k: usize, top_p: f32, temperature: f32) -> Generati
         seed,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     }
 }
 

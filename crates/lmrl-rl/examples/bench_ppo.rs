@@ -122,6 +122,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 0,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     };
     let mut step_s = Vec::new();
     let mut obs_step_s = Vec::new();

@@ -177,6 +177,7 @@ fn generation(iteration: usize) -> GenerationConfig {
         seed: iteration as u64,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     }
 }
 

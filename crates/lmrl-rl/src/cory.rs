@@ -15,6 +15,7 @@ use lmrl_rewards::{Reward, Sample};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
+use crate::group::informative_groups;
 use crate::learner::{Learner, StepStats};
 use crate::ppo::state::{read_toml, state_err, write_toml};
 use crate::{PpoAgent, PpoConfig};
@@ -127,6 +128,14 @@ pub struct CoryConfig {
     /// run one after the other.
     #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub concurrent_updates: bool,
+    /// With learners that sample G > 1 responses per prompt: each copy trains on this many of
+    /// the iteration's prompt groups, chosen on its own scores by
+    /// [`crate::group::informative_groups`] (groups whose R differ first), so that prompts
+    /// drawn in excess buy informative groups with generation alone; `None` = every group.
+    /// An app sets it from its oversampling setting.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    #[serde(skip)]
+    pub train_groups: Option<usize>,
 }
 
 impl Default for CoryConfig {
@@ -137,6 +146,7 @@ impl Default for CoryConfig {
             reward_mode: RewardMode::Sum,
             pioneer_format_metrics: true,
             concurrent_updates: true,
+            train_groups: None,
         }
     }
 }
@@ -264,6 +274,24 @@ fn repeat_each<T>(items: &[T], samples: usize) -> Vec<&T> {
         .iter()
         .flat_map(|p| std::iter::repeat_n(p, samples))
         .collect()
+}
+
+/// The samples one copy trains on, as indices into `scores` (groups of `g` consecutive
+/// samples): every one, or with `train_groups` the samples of that many groups, picked by
+/// [`informative_groups`].
+fn trained_samples(train_groups: Option<usize>, scores: &[f32], g: usize) -> Vec<usize> {
+    match train_groups {
+        Some(keep) if g > 1 && keep < scores.len() / g => informative_groups(scores, g, keep)
+            .into_iter()
+            .flat_map(|k| k * g..(k + 1) * g)
+            .collect(),
+        _ => (0..scores.len()).collect(),
+    }
+}
+
+/// The items at `indices`, in that order.
+fn pick<T: Clone>(items: &[T], indices: &[usize]) -> Vec<T> {
+    indices.iter().map(|&i| items[i].clone()).collect()
 }
 
 fn decode_all<M: CausalLm, C, E: CoryEnv<M, C>>(env: &E, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
@@ -493,7 +521,8 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
     ///
     /// With learners that sample G > 1 responses per prompt, each prompt is answered G times
     /// by the pioneer, the observer answers each of those answers once, and each learner's
-    /// groups are the G samples of one prompt.
+    /// groups are the G samples of one prompt; with [`CoryConfig::train_groups`] each learner
+    /// then trains on that many of the groups, picked on its own scores.
     ///
     /// `generation` is used as given for the pioneer; the observer's sampler seed is
     /// `generation.seed + 1` and the query-only evaluation's `generation.seed + 2`, so the three
@@ -563,7 +592,16 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
             ),
         };
 
-        let (st1, st2) = self.update_both(&queries, &y1, &s1, &m_ids, &y2, &s2)?;
+        let keep = |s: &[f32]| trained_samples(self.config.train_groups, s, g);
+        let (k1, k2) = (keep(&s1), keep(&s2));
+        let (st1, st2) = self.update_both(
+            &pick(&queries, &k1),
+            &pick(&y1, &k1),
+            &pick(&s1, &k1),
+            &pick(&m_ids, &k2),
+            &pick(&y2, &k2),
+            &pick(&s2, &k2),
+        )?;
 
         let pioneer = self.metrics(0, Role::Pioneer, &r1, &s1, st1, None);
         let observer = self.metrics(1, Role::Observer, &r2, &s2, st2, obs_query_only);
@@ -717,5 +755,36 @@ impl CoryTrainer<AutoLm, PpoAgent<AutoLm>> {
         let mut t = Self::new(llm1, llm2, reference, config)?;
         t.load_roles(dir)?;
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trained_samples;
+
+    #[test]
+    fn each_copy_trains_on_the_groups_its_own_scores_tell_apart() {
+        // Three prompts × G 2. R = r₁ + r₂ differs in groups 1 and 2; with λ-weighted own
+        // scores the observer's differ only in group 0.
+        let shared = [1.0, 1.0, 0.0, 2.0, 1.0, 0.0];
+        let own = [0.5, 1.0, 0.0, 0.0, 1.0, 1.0];
+        assert_eq!(trained_samples(Some(1), &shared, 2), vec![2, 3]);
+        assert_eq!(trained_samples(Some(2), &shared, 2), vec![2, 3, 4, 5]);
+        assert_eq!(trained_samples(Some(1), &own, 2), vec![0, 1]);
+        // Too few differ: equal groups fill up in prompt order.
+        assert_eq!(trained_samples(Some(2), &own, 2), vec![0, 1, 2, 3]);
+        // Off, every group, or one sample per prompt: every sample.
+        assert_eq!(
+            trained_samples(None, &shared, 2),
+            (0..6).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            trained_samples(Some(3), &shared, 2),
+            (0..6).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            trained_samples(Some(1), &shared, 1),
+            (0..6).collect::<Vec<_>>()
+        );
     }
 }

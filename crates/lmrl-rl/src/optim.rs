@@ -21,12 +21,15 @@ pub fn adam(beta_1: f32, beta_2: f32, epsilon: f32) -> ModuleOptimizer {
 /// The optimiser behind [`adam`]; see the module docs.
 #[derive(Clone)]
 pub struct FusedAdam {
+    // Read by the fused pass only, which exists with the `flex` feature.
+    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
     hyper: Hyper,
     /// burn's own Adam with the same settings, for tensors the fused pass does not take.
     composite: Adam,
 }
 
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
 struct Hyper {
     beta_1: f32,
     beta_2: f32,

@@ -87,6 +87,7 @@ fn generation(seed: u64) -> GenerationConfig {
         seed,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     }
 }
 

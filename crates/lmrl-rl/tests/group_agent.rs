@@ -292,6 +292,7 @@ fn sample(seed: u64, max_new_tokens: usize) -> GenerationConfig {
         seed,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     }
 }
 

@@ -309,6 +309,7 @@ fn ppo_raises_a_simple_reward() {
             seed: round,
             first_row: 0,
             stop_sequences: Vec::new(),
+            min_new_tokens: 0,
         };
         let y = agent.generate(&prompts, &gcfg).unwrap().tokens;
         let scores: Vec<f32> = y.iter().map(|r| reward(r)).collect();

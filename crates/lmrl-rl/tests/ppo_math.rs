@@ -2,9 +2,9 @@
 
 use burn::tensor::{Device, Tensor, TensorData, activation::log_softmax};
 use lmrl_rl::ppo::{
-    AdaptiveKlController, FixedKlController, KlController, KlPenalty, LossInputs, LossParams,
-    ResponseMask, RunningMoments, TokenLogProbs, compute_advantages, compute_rewards, kl_penalty,
-    normalise_scores, ppo_loss,
+    AdaptiveKlController, FixedKlController, Gae, KlController, KlPenalty, LossInputs, LossParams,
+    ResponseMask, RunningMoments, TokenLogProbs, compute_advantages, compute_advantages_with,
+    compute_rewards, kl_penalty, normalise_scores, ppo_loss,
 };
 use lmrl_rl::ppo::{kl_abs, kl_full, kl_k1, kl_mse};
 use lmrl_rl::ppo::{masked_mean, masked_var, masked_whiten, whiten};
@@ -186,6 +186,33 @@ fn gae_matches_a_hand_computation() {
         &[(a0 - m) / s, (a1 - m) / s, (a2 - m) / s, (0.0 - m) / s],
         1e-5,
     );
+}
+
+#[test]
+fn unwhitened_advantages_are_the_raw_gae_and_keep_the_returns() {
+    // Same row as above: with `whiten_advantages` off the advantages are A_t themselves (so
+    // returns − values on the response) and the returns do not change.
+    let mask = ResponseMask::from_lengths(&[3], 4, &dev()).unwrap();
+    let (v, r) = ([0.5f32, 0.2, -0.1, 7.0], [0.0f32, 0.0, 1.0, 5.0]);
+    let gae = |whiten_advantages| Gae {
+        gamma: 0.9,
+        lam: 0.8,
+        whiten_rewards: false,
+        whiten_advantages,
+    };
+    let run = |g: Gae| {
+        compute_advantages_with(t2(&v, 1, 4), t2(&r, 1, 4), &mask, &g, &masked_whiten).unwrap()
+    };
+    let (raw, whitened) = (run(gae(false)), run(gae(true)));
+    let (a0, a1, a2) = (
+        (0.0 + 0.9 * 0.2 - 0.5) + 0.72 * ((0.0 + 0.9 * -0.1 - 0.2) + 0.72 * (1.0 + 0.1)),
+        (0.0 + 0.9 * -0.1 - 0.2) + 0.72 * (1.0 + 0.1),
+        1.0 + 0.1,
+    );
+    close(&host(raw.advantages), &[a0, a1, a2, 0.0], 1e-6);
+    close(&host(raw.returns), &host(whitened.returns), 0.0);
+    let by_trl = masked_whiten("adv", t2(&[a0, a1, a2, 0.0], 1, 4), &mask, true).unwrap();
+    close(&host(whitened.advantages), &host(by_trl), 1e-6);
 }
 
 #[test]

@@ -233,6 +233,7 @@ fn generation(it: usize) -> GenerationConfig {
         seed: 100 + it as u64,
         first_row: 0,
         stop_sequences: Vec::new(),
+        min_new_tokens: 0,
     }
 }
 

@@ -101,7 +101,12 @@ impl CopySpec {
             ppo: learners.ppo.clone(),
             grpo: learners.grpo.clone(),
             rloo: learners.rloo.clone(),
-            cory: learners.cory.clone(),
+            // CORY's copies pick `prompts_per_step` groups of the oversampled prompts.
+            cory: lmrl_rl::CoryConfig {
+                train_groups: (run.oversample > 1)
+                    .then(|| learners.prompts_per_step(run.algo.learner(run.cory_learner))),
+                ..learners.cory.clone()
+            },
             lora: (run.lora_rank > 0).then(|| lora_targets(run.lora_rank, run.lora_alpha, model)),
             head: run.value_head_init,
         }

@@ -38,6 +38,4 @@ pub use settings::{
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};
-pub use trainer::{
-    Outcome, SUMMARY_FILE, Trainer, cory_rows, generate_chunked, informative_groups, metric_row,
-};
+pub use trainer::{Outcome, SUMMARY_FILE, Trainer, cory_rows, generate_chunked, metric_row};

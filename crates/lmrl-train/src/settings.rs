@@ -136,7 +136,8 @@ pub struct RunSettings {
     /// each G times, and train on the `prompts_per_step` groups whose rewards are not all equal
     /// (the first in data order; equal-reward groups fill up when too few differ) — DAPO's
     /// dynamic sampling with one round of sampling. An equal-reward group has zero advantages
-    /// and adds no gradient, so this buys informative groups with generation alone. 1 = off.
+    /// and adds no gradient, so this buys informative groups with generation alone. Under CORY
+    /// with GRPO or RLOO learners each copy picks its groups on its own scores. 1 = off.
     #[arg(long)]
     #[serde(default = "no_oversampling")]
     pub oversample: usize,
@@ -174,11 +175,16 @@ impl RunSettings {
         if self.oversample == 0 {
             return Err(setting("run.oversample", "must be at least 1 (1 = off)"));
         }
-        if self.oversample > 1 && !matches!(self.algo, Algo::Grpo | Algo::Rloo) {
+        let groups = match self.algo {
+            Algo::Grpo | Algo::Rloo => true,
+            Algo::Cory => self.cory_learner != LearnerAlgo::Ppo,
+            Algo::Ppo => false,
+        };
+        if self.oversample > 1 && !groups {
             return Err(setting(
                 "run.oversample",
                 format!(
-                    "selects groups of a GRPO or RLOO run; this run trains `{}` (use 1)",
+                    "selects groups of GRPO or RLOO learners (alone or under CORY); this run trains `{}` with PPO learners (use 1)",
                     self.algo.name()
                 ),
             ));

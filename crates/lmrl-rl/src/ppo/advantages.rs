@@ -13,11 +13,25 @@ use crate::util::{check_finite, check_shape};
 pub struct Advantages {
     /// V_t·mask: the values the value loss clips around (TRL returns the masked values).
     pub values: Tensor<2>,
-    /// Whitened GAE advantages Â_t (TRL `masked_whiten(advantages, mask)`, mean not added back).
-    /// Masked positions hold whitened zeros, as in TRL; the loss masks them out.
+    /// Whitened GAE advantages Â_t (TRL `masked_whiten(advantages, mask)`, mean not added back),
+    /// or the raw A_t when [`Gae::whiten_advantages`] is off. Masked positions hold whitened
+    /// zeros, as in TRL; the loss masks them out.
     pub advantages: Tensor<2>,
     /// G_t = A_t + V_t with A **before** whitening (the value target).
     pub returns: Tensor<2>,
+}
+
+/// The settings of [`compute_advantages_with`] (fields of [`crate::ppo::PpoConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gae {
+    /// Discount γ (`gamma`).
+    pub gamma: f64,
+    /// GAE λ (`lam`).
+    pub lam: f64,
+    /// Whiten the shaped rewards before GAE (`whiten_rewards`).
+    pub whiten_rewards: bool,
+    /// Whiten the advantages (TRL always does; [`crate::ppo::PpoConfig::whiten_advantages`]).
+    pub whiten_advantages: bool,
 }
 
 /// TRL `compute_advantages(values, rewards, mask)`:
@@ -36,32 +50,35 @@ pub fn compute_advantages(
     lam: f64,
     whiten_rewards: bool,
 ) -> Result<Advantages> {
-    compute_advantages_with(
-        values,
-        rewards,
-        mask,
+    let gae = Gae {
         gamma,
         lam,
         whiten_rewards,
-        &masked_whiten,
-    )
+        whiten_advantages: true,
+    };
+    compute_advantages_with(values, rewards, mask, &gae, &masked_whiten)
 }
 
 /// The whitening of [`compute_advantages`]: TRL `masked_whiten(values, mask, shift_mean)`.
 pub type Whiten<'a> = dyn Fn(&str, Tensor<2>, &ResponseMask, bool) -> Result<Tensor<2>> + 'a;
 
-/// [`compute_advantages`] with its whitening (of the advantages, and of the rewards with
-/// `whiten_rewards`) done by `whiten`: a data-parallel learner passes one whose mean and
-/// variance are taken over every rank's tokens.
+/// [`compute_advantages`] with its whitening (of the advantages unless
+/// `gae.whiten_advantages` is off, and of the rewards with `gae.whiten_rewards`) done by
+/// `whiten`: a data-parallel learner passes one whose mean and variance are taken over every
+/// rank's tokens.
 pub fn compute_advantages_with(
     values: Tensor<2>,
     rewards: Tensor<2>,
     mask: &ResponseMask,
-    gamma: f64,
-    lam: f64,
-    whiten_rewards: bool,
+    gae: &Gae,
     whiten: &Whiten<'_>,
 ) -> Result<Advantages> {
+    let Gae {
+        gamma,
+        lam,
+        whiten_rewards,
+        whiten_advantages,
+    } = *gae;
     let [b, t] = mask.dims();
     check_shape("values", &values, &[b, t])?;
     check_shape("rewards", &rewards, &[b, t])?;
@@ -98,7 +115,11 @@ pub fn compute_advantages_with(
         Tensor::cat(reversed, 1)
     };
     let returns = advantages.clone() + values.clone();
-    let advantages = whiten("masked_whiten(advantages)", advantages, mask, true)?;
+    let advantages = if whiten_advantages {
+        whiten("masked_whiten(advantages)", advantages, mask, true)?
+    } else {
+        advantages
+    };
     check_finite("advantages", &advantages)?;
     Ok(Advantages {
         values,

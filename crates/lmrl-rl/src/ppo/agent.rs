@@ -21,7 +21,7 @@ use rand::seq::SliceRandom;
 
 use crate::dist::{Collective, all_gather_f32, all_gather_usize, all_reduce_grads, shard};
 use crate::error::{Result, RlError};
-use crate::ppo::advantages::{compute_advantages, compute_advantages_with};
+use crate::ppo::advantages::compute_advantages_with;
 use crate::ppo::config::PpoConfig;
 use crate::ppo::grad::clip_grad_norm;
 use crate::ppo::kl::{TokenLogProbs, kl_penalty};
@@ -36,6 +36,7 @@ use crate::ppo::state::{
     read_toml, restore_param_ids, save_optimizer, state_err, write_toml,
 };
 use crate::ppo::stats::{LossStatsMean, PpoStats, mean_std};
+use crate::ppo::whiten::masked_whiten;
 use crate::util::{check_finite_host, mix_seed, to_vec};
 
 /// Turns every module-owned training flag off (dropout, …), keeping autodiff on: TRL's
@@ -498,13 +499,12 @@ impl<M: CausalLm> PpoAgent<M> {
         let score_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [bs]), &plain);
         let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
         if !self.parallel() {
-            let adv = compute_advantages(
+            let adv = compute_advantages_with(
                 rollout.values.clone(),
                 shaped.rewards.clone(),
                 &rollout.mask,
-                self.config.gamma,
-                self.config.lam,
-                self.config.whiten_rewards,
+                &self.config.gae(),
+                &masked_whiten,
             )?;
             return Self::targets_from(rollout, adv, shaped.non_score_rewards);
         }
@@ -528,9 +528,7 @@ impl<M: CausalLm> PpoAgent<M> {
             pad_cols(rollout.values.clone(), t_global),
             pad_cols(shaped.rewards.clone(), t_global),
             &mask,
-            self.config.gamma,
-            self.config.lam,
-            self.config.whiten_rewards,
+            &self.config.gae(),
             &global_whiten,
         )?;
         let local = |x: Tensor<2>| x.slice([0..b, 0..t_local]);
@@ -857,13 +855,12 @@ impl<M: CausalLm> PpoAgent<M> {
         let bs = queries.len();
         let score_t = Tensor::<1>::from_data(TensorData::new(scores.to_vec(), [bs]), &plain);
         let shaped = compute_rewards(score_t, rollout.kls.clone(), &rollout.mask, beta)?;
-        let adv = compute_advantages(
+        let adv = compute_advantages_with(
             rollout.values.clone(),
             shaped.rewards,
             &rollout.mask,
-            self.config.gamma,
-            self.config.lam,
-            self.config.whiten_rewards,
+            &self.config.gae(),
+            &masked_whiten,
         )?;
         let batch = QueryResponseBatch::new(queries, responses, self.pad_id, &plain)?;
         let model = self.model.valid();

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
+use crate::ppo::advantages::Gae;
 use crate::ppo::kl::KlPenalty;
 use crate::ppo::loss::LossParams;
 
@@ -86,6 +87,16 @@ pub struct PpoConfig {
     /// Whiten the shaped rewards before GAE (`whiten_rewards`).
     #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
     pub whiten_rewards: bool,
+    /// Whiten the GAE advantages over the batch's tokens (TRL always does; not a TRL option).
+    ///
+    /// Whitening subtracts the batch mean, so under a sparse 0/1 reward and a batch of
+    /// different questions, a batch with one right answer gives every token of the seven
+    /// wrong ones a negative advantage: the update pushes down what those answers share with
+    /// all answers (the format, the length) rather than what the right one did differently.
+    /// Off, a wrong answer's advantages are its λ-returns minus the values (≈ 0 with a
+    /// zero-initialised value head) and only the right answer's tokens are reinforced.
+    #[cfg_attr(feature = "cli", arg(long, action = clap::ArgAction::Set))]
+    pub whiten_advantages: bool,
     /// Clip the global gradient L2 norm (PyTorch `clip_grad_norm_`), `None` = off (`max_grad_norm`).
     #[cfg_attr(feature = "cli", arg(long))]
     pub max_grad_norm: Option<f32>,
@@ -136,6 +147,7 @@ impl Default for PpoConfig {
             use_score_norm: true,
             score_clip: None,
             whiten_rewards: false,
+            whiten_advantages: true,
             max_grad_norm: None,
             skip_equal_scores: false,
             seed: 0,
@@ -171,6 +183,16 @@ impl PpoConfig {
     /// The no-grad forward chunk size.
     pub fn forward_batch_size(&self) -> usize {
         self.forward_batch_size.unwrap_or(self.mini_batch_size)
+    }
+
+    /// The settings of [`crate::ppo::compute_advantages_with`].
+    pub fn gae(&self) -> Gae {
+        Gae {
+            gamma: self.gamma,
+            lam: self.lam,
+            whiten_rewards: self.whiten_rewards,
+            whiten_advantages: self.whiten_advantages,
+        }
     }
 
     /// The parameters of [`crate::ppo::loss::ppo_loss`].

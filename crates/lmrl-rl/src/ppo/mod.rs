@@ -30,7 +30,7 @@ pub(crate) mod state;
 pub(crate) mod stats;
 mod whiten;
 
-pub use advantages::{Advantages, Whiten, compute_advantages, compute_advantages_with};
+pub use advantages::{Advantages, Gae, Whiten, compute_advantages, compute_advantages_with};
 pub use grad::{clip_grad_norm, global_grad_norm};
 pub use kl::{
     KlPenalty, TokenLogProbs, gather_logprobs, kl_abs, kl_full, kl_k1, kl_mse, kl_penalty,
