@@ -15,7 +15,7 @@ use lmrl_rewards::{Reward, Sample};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
-use crate::group::informative_groups;
+use crate::group::informative_samples;
 use crate::learner::{Learner, StepStats};
 use crate::ppo::state::{read_toml, state_err, write_toml};
 use crate::{PpoAgent, PpoConfig};
@@ -278,13 +278,10 @@ fn repeat_each<T>(items: &[T], samples: usize) -> Vec<&T> {
 
 /// The samples one copy trains on, as indices into `scores` (groups of `g` consecutive
 /// samples): every one, or with `train_groups` the samples of that many groups, picked by
-/// [`informative_groups`].
+/// [`informative_samples`].
 fn trained_samples(train_groups: Option<usize>, scores: &[f32], g: usize) -> Vec<usize> {
     match train_groups {
-        Some(keep) if g > 1 && keep < scores.len() / g => informative_groups(scores, g, keep)
-            .into_iter()
-            .flat_map(|k| k * g..(k + 1) * g)
-            .collect(),
+        Some(keep) if g > 1 && keep < scores.len() / g => informative_samples(scores, g, keep),
         _ => (0..scores.len()).collect(),
     }
 }

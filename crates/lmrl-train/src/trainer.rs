@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer};
 use lmrl_rewards::Sample;
 use lmrl_rl::dist::{Collective, all_gather_json, broadcast_json, shard};
-use lmrl_rl::group::{equal_reward_share, informative_groups};
+use lmrl_rl::group::{equal_reward_share, informative_samples};
 use lmrl_rl::{
     CoryEnv, CoryIterationStats, EnvError, GenerationPurpose, Learner, Prompt, Role, StepStats,
 };
@@ -423,10 +423,7 @@ impl<T: Task> Trainer<'_, T> {
         let scores = self.rewards(&expanded, &shown, &y_text, it)?;
         phases.score += t0.elapsed().as_secs_f64();
         // The groups trained on (all of them without oversampling), as completion indices.
-        let trained: Vec<usize> = informative_groups(&scores, g, self.spec.prompts_per_iteration())
-            .into_iter()
-            .flat_map(|k| k * g..(k + 1) * g)
-            .collect();
+        let trained = informative_samples(&scores, g, self.spec.prompts_per_iteration());
         let pick =
             |v: &[Vec<u32>]| -> Vec<Vec<u32>> { trained.iter().map(|&i| v[i].clone()).collect() };
         let (q_step, y_step) = (pick(&q), pick(&y));

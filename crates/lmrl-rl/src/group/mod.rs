@@ -18,7 +18,7 @@
 //! | `(per_token_logps * completion_mask).sum(1)` | [`sequence_logps`] |
 //! | `RLOOTrainer._compute_loss` | [`rloo_loss`] |
 //! | `mask_truncated_completions` | [`mask_truncated_completions`] |
-//! | DAPO's dynamic sampling (one round), `frac_reward_zero_std` | [`informative_groups`], [`equal_reward_share`] |
+//! | DAPO's dynamic sampling (one round), `frac_reward_zero_std` | [`informative_groups`], [`informative_samples`], [`equal_reward_share`] |
 //! | `GRPOConfig`, `RLOOConfig` | [`GrpoConfig`], [`RlooConfig`] |
 //! | `GRPOTrainer` / `RLOOTrainer` training step (`_prepare_inputs`, `compute_loss`, accumulation) | [`GroupAgent`] |
 //!
@@ -48,4 +48,4 @@ pub use loss::{
     rloo_loss, sequence_logps,
 };
 pub use mask::mask_truncated_completions;
-pub use selection::{equal_reward_share, informative_groups};
+pub use selection::{equal_reward_share, informative_groups, informative_samples};

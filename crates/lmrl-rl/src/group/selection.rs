@@ -15,6 +15,15 @@ pub fn informative_groups(scores: &[f32], g: usize, keep: usize) -> Vec<usize> {
     informative
 }
 
+/// [`informative_groups`] as the indices of their samples (each group's `g`, ascending).
+pub fn informative_samples(scores: &[f32], g: usize, keep: usize) -> Vec<usize> {
+    let g = g.max(1);
+    informative_groups(scores, g, keep)
+        .into_iter()
+        .flat_map(|k| k * g..(k + 1) * g)
+        .collect()
+}
+
 /// The share of the groups of `g` consecutive `scores` whose rewards are all equal (TRL's
 /// `frac_reward_zero_std`).
 pub fn equal_reward_share(scores: &[f32], g: usize) -> f64 {
@@ -40,6 +49,7 @@ mod tests {
         // Too few differ: the first equal-reward groups fill up, in data order.
         assert_eq!(informative_groups(&s, 2, 4), vec![0, 1, 3, 4]);
         assert_eq!(informative_groups(&s, 2, 5), vec![0, 1, 2, 3, 4]);
+        assert_eq!(informative_samples(&s, 2, 2), vec![2, 3, 6, 7]);
         assert!((equal_reward_share(&s, 2) - 0.4).abs() < 1e-12);
         assert_eq!(equal_reward_share(&[1., 1., 1.], 3), 1.0);
     }
