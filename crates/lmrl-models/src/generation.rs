@@ -97,14 +97,15 @@ pub fn left_pad(
 /// left-padded batch and the `[B, H]` hidden states of its last column (the only ones the next
 /// token needs). A prompt that occurs several times (a group learner samples each one G times)
 /// is computed once and its cache rows repeated, which is the same computation up to float
-/// rounding.
+/// rounding. The cache keeps room for `new_tokens` more positions.
 fn prefill<M: CausalLm>(
     model: &M,
     prompts: &[Vec<u32>],
     pad_token_id: u32,
+    new_tokens: usize,
     device: &Device,
 ) -> (KvCache, Tensor<2, Int>, Tensor<2>) {
-    let mut cache = KvCache::default();
+    let mut cache = KvCache::with_headroom(new_tokens);
     let (distinct, of_row) = crate::scoring::distinct_rows(prompts);
     let (ids, mask, pos) = left_pad(&distinct, pad_token_id, device);
     let hidden = model.hidden_states(ids, pos, mask.clone(), Some(&mut cache));
@@ -159,7 +160,13 @@ pub fn generate<M: CausalLm>(
     let model = model.valid();
     let b = prompts.len();
 
-    let (mut cache, mut mask, last_hidden) = prefill(&model, prompts, cfg.pad_token_id, &device);
+    let (mut cache, mut mask, last_hidden) = prefill(
+        &model,
+        prompts,
+        cfg.pad_token_id,
+        cfg.max_new_tokens,
+        &device,
+    );
     let h = last_hidden.dims()[1];
     // Only the last column's logits are used: the head runs on `[B, H]`, not `[B, L, H]`.
     let mut last = model.lm_head(last_hidden);

@@ -240,7 +240,7 @@ impl CausalLm for Gpt2LmHeadModel {
 
     /// Tied head: `hidden · wteᵀ` (a strided view of the embedding, no copy).
     fn lm_head(&self, hidden: Tensor<2>) -> Tensor<2> {
-        hidden.matmul(self.wte.weight.val().transpose())
+        crate::layers::matmul(hidden, self.wte.weight.val().transpose())
     }
 
     fn vocab_size(&self) -> usize {

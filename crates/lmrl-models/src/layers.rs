@@ -14,12 +14,24 @@ use crate::tensors::RawTensor;
 pub fn dense(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
     let [b, s, d_in] = x.dims();
     let d_out = weight.dims()[1];
-    let y = x.reshape([b * s, d_in]).matmul(weight);
+    let y = matmul(x.reshape([b * s, d_in]), weight);
     let y = match bias {
         Some(bias) => y + bias.reshape([1, d_out]),
         None => y,
     };
     y.reshape([b, s, d_out])
+}
+
+/// `x·w` for 2-D operands. On the CPU backend (`flex` feature) a product of at most
+/// `MATMUL_MAX_ROWS` rows without autodiff — each projection of a decoding step, the vocabulary
+/// head's included — takes the memory-bound kernels of `crate::fused` (1.5–2× burn's GEMM
+/// there); every other product is burn's matmul.
+pub(crate) fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    #[cfg(feature = "flex")]
+    if x.dims()[0] <= crate::fused::MATMUL_MAX_ROWS && crate::fused::takes(&x) {
+        return crate::fused::matmul(x, w);
+    }
+    x.matmul(w)
 }
 
 /// [`dense`] through a burn `Linear` (its weight is `[in, out]`; LoRA adapters included).

@@ -319,13 +319,13 @@ impl CausalLm for LlamaForCausalLm {
     fn lm_head(&self, hidden: Tensor<2>) -> Tensor<2> {
         match &self.lm_head {
             Some(head) => {
-                let y = hidden.matmul(head.weight.val());
+                let y = crate::layers::matmul(hidden, head.weight.val());
                 match &head.bias {
                     Some(b) => y + b.val().unsqueeze_dim(0),
                     None => y,
                 }
             }
-            None => hidden.matmul(self.model.embed_tokens.weight.val().transpose()),
+            None => crate::layers::matmul(hidden, self.model.embed_tokens.weight.val().transpose()),
         }
     }
 

@@ -11,11 +11,15 @@
 //! two compute the same function up to float rounding (`kernels::exp` is a polynomial with a
 //! relative error under 2e-7, and sums are taken in another order).
 mod kernels;
+mod matmul;
+
+pub(crate) use matmul::MAX_ROWS as MATMUL_MAX_ROWS;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, DispatchTensorKind, Flex, backend_extension};
 use burn::tensor::{DType, Shape, Tensor, TensorData};
@@ -36,6 +40,9 @@ pub trait FusedOps: Backend {
     fn fused_kl_rows(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
     /// `−Σ exp(a)·a` per row of an `[N, V]` tensor, `[N]`.
     fn fused_entropy_rows(a: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `x·W` for `[m, k]·[k, n]`: the few-row kernels of `matmul` where they apply (a
+    /// decoding step without autodiff), burn's matmul otherwise.
+    fn fused_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// Elements handed to one rayon task: enough to amortise waking a worker, few enough that two
@@ -71,6 +78,14 @@ pub(crate) fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// GPT-2's tanh GELU.
 pub(crate) fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_gelu_tanh(x.into_dispatch()))
+}
+
+/// `x·W` for 2-D operands.
+pub(crate) fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_matmul(
+        x.into_dispatch(),
+        w.into_dispatch(),
+    ))
 }
 
 /// `Σ exp(a)·(a − b)` per row of two same-shape `[N, V]` tensors.
@@ -189,6 +204,10 @@ impl FusedOps for Flex {
     fn fused_entropy_rows(a: FlexTensor) -> FlexTensor {
         row_reduce(a, None, |a, _| -kernels::expected(a))
     }
+
+    fn fused_matmul(x: FlexTensor, w: FlexTensor) -> FlexTensor {
+        matmul::small_matmul(&x, &w).unwrap_or_else(|| Flex::float_matmul(x, w))
+    }
 }
 
 /// The backward of an op whose gradient is `kernel(state, upstream gradient)`, row by row
@@ -287,5 +306,11 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
 
     fn fused_entropy_rows(a: FloatTensor<Self>) -> FloatTensor<Self> {
         FloatTensor::<Self>::new(Flex::fused_entropy_rows(a.into_primitive()))
+    }
+
+    /// Under autodiff, burn's matmul and its recorded backward: the few-row kernels serve
+    /// generation, which runs without autodiff.
+    fn fused_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_matmul(x, w)
     }
 }
