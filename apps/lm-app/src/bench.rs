@@ -203,22 +203,26 @@ fn profile_generation(
         let _ = out.logits.narrow(1, l - 1, 1).into_data();
         sync()
     })?;
-    let mut cache = KvCache::default();
+    // Room for every timed step, as generation reserves it: a step then writes into the
+    // cache in place, where a clone of a shared cache would first copy all of it.
+    let mut cache = KvCache::with_headroom(reps.max(1) + 1);
     let out = model.forward(input.clone(), pos.clone(), mask.clone(), Some(&mut cache));
     let last: Tensor<2> = out.logits.narrow(1, l - 1, 1).reshape([b, vocab]);
     let step_ids = Tensor::<2, Int>::zeros([b, 1], device);
-    let step_pos = Tensor::<2, Int>::full([b, 1], l as i64, device);
-    let step_mask = Tensor::cat(vec![mask, Tensor::<2, Int>::ones([b, 1], device)], 1);
+    let mut past = l;
     let decode = time_reps(reps, || {
-        // a fresh copy of the prefilled cache each time, so every step sees past = L
-        let mut c = cache.clone();
-        let out = model.forward(
-            step_ids.clone(),
-            step_pos.clone(),
-            step_mask.clone(),
-            Some(&mut c),
+        // consecutive steps on one cache, as in generation: past = L, L + 1, …
+        let step_pos = Tensor::<2, Int>::full([b, 1], past as i64, device);
+        let step_mask = Tensor::cat(
+            vec![
+                mask.clone(),
+                Tensor::<2, Int>::ones([b, past + 1 - l], device),
+            ],
+            1,
         );
+        let out = model.forward(step_ids.clone(), step_pos, step_mask, Some(&mut cache));
         let _ = out.logits.into_data();
+        past += 1;
         sync()
     })?;
     let mut chooser = TokenChooser::new(cfg);
