@@ -169,10 +169,19 @@ fn with_room(x: Tensor<4>, room: usize) -> Tensor<4> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, Distribution, TensorData};
+    use burn::tensor::{Device, TensorData};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// Distinct values for every call, made on the host: the device's RNG is one per process,
+    /// and drawing from it here would land between another test's seed and its draws.
     fn kv(t: usize, device: &Device) -> (Tensor<4>, Tensor<4>) {
-        let r = || Tensor::random([2, 3, t, 4], Distribution::Default, device);
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = 2 * 3 * t * 4;
+        let r = || {
+            let base = NEXT.fetch_add(n, Ordering::Relaxed);
+            let v: Vec<f32> = (base..base + n).map(|i| i as f32 * 1e-3).collect();
+            Tensor::from_data(TensorData::new(v, [2, 3, t, 4]), device)
+        };
         (r(), r())
     }
 

@@ -190,7 +190,13 @@ impl safetensors::View for F32View<'_> {
         &self.0.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Owned(self.0.data.iter().flat_map(|x| x.to_le_bytes()).collect())
+        // safetensors stores little-endian bytes: on a little-endian host they are the f32s'
+        // own, and a checkpoint's half-gigabyte of weights is written without a copy.
+        if cfg!(target_endian = "little") {
+            Cow::Borrowed(bytemuck::cast_slice(&self.0.data))
+        } else {
+            Cow::Owned(self.0.data.iter().flat_map(|x| x.to_le_bytes()).collect())
+        }
     }
     fn data_len(&self) -> usize {
         self.0.data.len() * 4
@@ -202,12 +208,23 @@ impl safetensors::View for F32View<'_> {
 pub fn write_safetensors(path: &Path, tensors: &[(String, RawTensor)]) -> Result<()> {
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     let views = tensors.iter().map(|(k, t)| (k.as_str(), F32View(t)));
-    let bytes = safetensors::serialize(views, Some(meta)).map_err(|e| ModelError::Format {
-        path: path.to_path_buf(),
-        format: "safetensors",
-        reason: e.to_string(),
+    let tmp = tmp_path(path);
+    // Streamed into the file, not assembled in memory first.
+    safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(|e| match e {
+        safetensors::SafeTensorError::IoError(source) => ModelError::Io {
+            path: tmp.clone(),
+            source,
+        },
+        e => ModelError::Format {
+            path: path.to_path_buf(),
+            format: "safetensors",
+            reason: e.to_string(),
+        },
     })?;
-    write_atomic(path, &bytes)
+    std::fs::rename(&tmp, path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Writes `bytes` to `path.tmp` next to `path`, then renames it over `path`.

@@ -31,9 +31,17 @@ pub fn kl_rows(log_p: Tensor<2>, log_q: Tensor<2>) -> Tensor<1> {
         return crate::fused::kl_rows(log_p, log_q);
     }
     let n = log_p.dims()[0];
-    (log_p.clone().exp() * (log_p - log_q))
+    zero_where_impossible(log_p.clone(), log_p - log_q)
         .sum_dim(1)
         .reshape([n])
+}
+
+/// `exp(log_p)·x`, with the terms of zero-probability entries 0 (as `p·ln p → 0`) instead of
+/// the NaN of `0·(−∞)`: what the fused kernels compute.
+fn zero_where_impossible(log_p: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
+    let p = log_p.exp();
+    let impossible = p.clone().equal_elem(0.0);
+    (p * x).mask_fill(impossible, 0.0)
 }
 
 /// `−Σ_v exp(a_v)·a_v` for each row of a log-probability tensor `[N, V]`: the entropy of each
@@ -45,5 +53,8 @@ pub fn entropy_rows(log_p: Tensor<2>) -> Tensor<1> {
         return crate::fused::entropy_rows(log_p);
     }
     let n = log_p.dims()[0];
-    (log_p.clone().exp() * log_p).sum_dim(1).neg().reshape([n])
+    zero_where_impossible(log_p.clone(), log_p)
+        .sum_dim(1)
+        .neg()
+        .reshape([n])
 }
