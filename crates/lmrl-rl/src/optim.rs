@@ -120,7 +120,10 @@ mod flex {
             })
     }
 
-    /// The fused step, for inputs that [`fits`] took.
+    /// The fused step, for inputs that [`fits`] took. Buffers this step alone owns are
+    /// updated in place; a shared one (the parameter, which the module being updated still
+    /// holds) is read where it is and the result written to a new buffer, instead of being
+    /// copied out first.
     pub(super) fn step<const D: usize>(
         hyper: Hyper,
         lr: LearningRate,
@@ -131,60 +134,144 @@ mod flex {
         let (moments, time) = match state {
             Some(s) => {
                 let m = s.momentum;
-                (
-                    Some((into_vec(m.moment_1), into_vec(m.moment_2))),
-                    m.time + 1,
-                )
+                let own = |t: Tensor<D>| owned(contiguous(flex_of(t)));
+                (Some((own(m.moment_1), own(m.moment_2))), m.time + 1)
             }
             None => (None, 1),
         };
-        let shape = Shape::from(tensor.dims().to_vec());
-        let (p, m1, m2) = update(hyper, lr, time, into_vec(tensor), &into_vec(grad), moments);
-        let make = |v: Vec<f32>| tensor_of::<D>(v, shape.clone());
+        let dims = tensor.dims();
+        let n = dims.iter().product();
+        let mut p = contiguous(flex_of(tensor));
+        let g = contiguous(flex_of(grad));
+        let g = slice(&g);
+        let (mut m1, mut m2, fresh) = match moments {
+            Some((a, b)) => (a, b, false),
+            None => (zeros(n), zeros(n), true),
+        };
+        let scalars = Scalars::new(hyper, lr, time, fresh);
+        let fresh_p = if p.is_unique() {
+            let p = p.storage_mut::<f32>();
+            update(scalars, None, p, g, m1.storage_mut(), m2.storage_mut());
+            None
+        } else {
+            let mut out = vec![0.0f32; n];
+            update(
+                scalars,
+                Some(slice(&p)),
+                &mut out,
+                g,
+                m1.storage_mut(),
+                m2.storage_mut(),
+            );
+            Some(out)
+        };
+        let shape = Shape::from(dims.to_vec());
+        let p = match fresh_p {
+            Some(v) => FlexTensor::from_data(TensorData::new(v, shape.clone())),
+            None => p,
+        };
+        let make = |f: FlexTensor| tensor_of::<D>(f.reshape(shape.clone()));
         let momentum = AdaptiveMomentumState::new(time, make(m1), make(m2));
         (make(p), Some(AdamState::new(momentum)))
     }
 
+    /// The per-step scalars of the update.
+    #[derive(Clone, Copy)]
+    struct Scalars {
+        b1: f32,
+        b2: f32,
+        /// `1 − β₁`, `1 − β₂`.
+        f1: f32,
+        f2: f32,
+        factor: f32,
+        eps: f32,
+        lr: f32,
+        /// First step: the moments come from the gradient alone (burn's `Adam`).
+        fresh: bool,
+    }
+
+    impl Scalars {
+        fn new(hyper: Hyper, lr: LearningRate, time: usize, fresh: bool) -> Self {
+            let (b1, b2) = (hyper.beta_1, hyper.beta_2);
+            let (bc2_sqrt, factor) = hyper.corrections(time);
+            Self {
+                b1,
+                b2,
+                f1: 1.0 - b1,
+                f2: 1.0 - b2,
+                factor,
+                eps: hyper.epsilon * bc2_sqrt,
+                lr: lr as f32,
+                fresh,
+            }
+        }
+    }
+
     /// One pass over every element: the moment updates, the bias-corrected step and the
-    /// parameter update of burn's `Adam` (`optim/adam.rs`), op for op in f32.
+    /// parameter update of burn's `Adam` (`optim/adam.rs`), op for op in f32. The parameter is
+    /// read from `p_in` if given (written to `p`), else updated in `p`.
     fn update(
-        hyper: Hyper,
-        lr: LearningRate,
-        time: usize,
-        mut p: Vec<f32>,
+        s: Scalars,
+        p_in: Option<&[f32]>,
+        p: &mut [f32],
         g: &[f32],
-        moments: Option<(Vec<f32>, Vec<f32>)>,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let n = p.len();
-        let (mut m1, mut m2, fresh) = match moments {
-            Some((a, b)) => (a, b, false),
-            None => (vec![0.0f32; n], vec![0.0f32; n], true),
-        };
-        let (b1, b2) = (hyper.beta_1, hyper.beta_2);
-        let (f1, f2) = (1.0 - b1, 1.0 - b2);
-        let (bc2_sqrt, factor) = hyper.corrections(time);
-        let eps = hyper.epsilon * bc2_sqrt;
-        let lr = lr as f32;
+        m1: &mut [f32],
+        m2: &mut [f32],
+    ) {
         p.par_chunks_mut(CHUNK)
             .zip(m1.par_chunks_mut(CHUNK))
             .zip(m2.par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK))
-            .for_each(|(((p, m1), m2), g)| {
+            .enumerate()
+            .for_each(|(c, (((p, m1), m2), g))| {
+                let src = p_in.map(|x| &x[c * CHUNK..c * CHUNK + p.len()]);
                 for i in 0..p.len() {
                     let gi = g[i];
-                    // burn's first step sets the moments from the gradient alone.
-                    let (a, b) = if fresh {
-                        (gi * f1, (gi * gi) * f2)
+                    let (a, b) = if s.fresh {
+                        (gi * s.f1, (gi * gi) * s.f2)
                     } else {
-                        (m1[i] * b1 + gi * f1, m2[i] * b2 + (gi * gi) * f2)
+                        (m1[i] * s.b1 + gi * s.f1, m2[i] * s.b2 + (gi * gi) * s.f2)
                     };
                     m1[i] = a;
                     m2[i] = b;
-                    let step = (a * factor) / (b.sqrt() + eps);
-                    p[i] -= step * lr;
+                    let step = (a * s.factor) / (b.sqrt() + s.eps);
+                    let old = src.map_or(p[i], |x| x[i]);
+                    p[i] = old - step * s.lr;
                 }
             });
-        (p, m1, m2)
+    }
+
+    fn flex_of<const D: usize>(t: Tensor<D>) -> FlexTensor {
+        match t.into_dispatch().kind {
+            DispatchTensorKind::Flex(BackendTensor::Float(f)) => f,
+            // `fits` checked the backend before anything was taken apart.
+            _ => unreachable!("a CPU-backend tensor, checked by `fits`"),
+        }
+    }
+
+    /// The tensor with its elements in row-major order from the start of its buffer (a copy
+    /// only for a strided or offset view).
+    fn contiguous(t: FlexTensor) -> FlexTensor {
+        let full = t.layout().contiguous_offsets() == Some((0, t.layout().num_elements()));
+        if full && t.bytes().len() == t.layout().num_elements() * 4 {
+            t
+        } else {
+            t.to_contiguous()
+        }
+    }
+
+    /// The tensor with a buffer of its own, to update in place (a copy only if shared).
+    fn owned(mut t: FlexTensor) -> FlexTensor {
+        t.storage_mut::<f32>();
+        t
+    }
+
+    fn slice(t: &FlexTensor) -> &[f32] {
+        t.storage::<f32>()
+    }
+
+    fn zeros(n: usize) -> FlexTensor {
+        FlexTensor::from_data(TensorData::new(vec![0.0f32; n], [n]))
     }
 
     fn is_flex<const D: usize>(t: &Tensor<D>) -> bool {
@@ -197,24 +284,9 @@ mod flex {
         )
     }
 
-    /// The elements of an f32 tensor in row-major order (moved out of a contiguous buffer the
-    /// tensor alone owns, copied otherwise).
-    fn into_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        let flex = match t.into_dispatch().kind {
-            DispatchTensorKind::Flex(BackendTensor::Float(f)) => f,
-            // `fits` checked the backend before anything was taken apart.
-            _ => unreachable!("a CPU-backend tensor, checked by `fits`"),
-        };
-        flex.into_data()
-            .try_into_vec::<f32>()
-            .unwrap_or_else(|e| unreachable!("an f32 tensor, checked by `fits`: {e:?}"))
-    }
-
-    fn tensor_of<const D: usize>(v: Vec<f32>, shape: Shape) -> Tensor<D> {
+    fn tensor_of<const D: usize>(f: FlexTensor) -> Tensor<D> {
         Tensor::from_dispatch(DispatchTensor {
-            kind: DispatchTensorKind::Flex(BackendTensor::Float(FlexTensor::from_data(
-                TensorData::new(v, shape),
-            ))),
+            kind: DispatchTensorKind::Flex(BackendTensor::Float(f)),
             autodiff: DispatchAutodiffContext::Disabled,
         })
     }
@@ -278,5 +350,46 @@ mod tests {
         );
         let (c, _) = burn.step(lr, p_burn, g, Some(super::AdamState::new(b)));
         assert_eq!(values(&a), values(&c));
+    }
+
+    fn filled(dims: [usize; 2], k: f32, device: &Device) -> Tensor<2> {
+        let n = dims[0] * dims[1];
+        let v: Vec<f32> = (0..n).map(|i| ((i as f32) * k).sin()).collect();
+        Tensor::from_data(burn::tensor::TensorData::new(v, dims), device)
+    }
+
+    /// A strided parameter (a transposed view) and moments that another holder shares take
+    /// the copying paths: the same numbers as burn's `Adam`, and the shared moments keep
+    /// their values for their other holder.
+    #[test]
+    fn strided_and_shared_inputs_step_as_burns_adam() {
+        let device = Device::flex();
+        let (b1, b2, eps, lr) = (0.9, 0.999, 1e-8, 1e-3);
+        let fused = FusedAdam::new(b1, b2, eps);
+        let burn: Adam = AdamConfig::new()
+            .with_beta_1(b1)
+            .with_beta_2(b2)
+            .with_epsilon(eps)
+            .build();
+        let start = filled([150, 700], 0.37, &device).transpose();
+        let g1 = filled([700, 150], 0.11, &device).mul_scalar(0.1);
+        let (pf, sf) = fused.step(lr, start.clone(), g1.clone(), None);
+        let (pb, sb) = burn.step(lr, start, g1, None);
+        assert_eq!(values(&pf), values(&pb));
+        let (sf, sb) = (sf.unwrap(), sb.unwrap());
+        let kept = sf.momentum.moment_1.clone();
+        let before = values(&kept);
+        let g2 = filled([700, 150], 0.23, &device).mul_scalar(0.1);
+        let (pf, sf) = fused.step(lr, pf, g2.clone(), Some(sf));
+        let (pb, sb) = burn.step(lr, pb, g2, Some(sb));
+        assert_eq!(values(&pf), values(&pb));
+        let (f, b) = (sf.unwrap().momentum, sb.unwrap().momentum);
+        assert_eq!(values(&f.moment_1), values(&b.moment_1));
+        assert_eq!(values(&f.moment_2), values(&b.moment_2));
+        assert_eq!(
+            values(&kept),
+            before,
+            "a shared moment was written in place"
+        );
     }
 }
