@@ -208,34 +208,41 @@ impl safetensors::View for F32View<'_> {
 pub fn write_safetensors(path: &Path, tensors: &[(String, RawTensor)]) -> Result<()> {
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     let views = tensors.iter().map(|(k, t)| (k.as_str(), F32View(t)));
-    let tmp = tmp_path(path);
     // Streamed into the file, not assembled in memory first.
-    safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(|e| match e {
-        safetensors::SafeTensorError::IoError(source) => ModelError::Io {
-            path: tmp.clone(),
-            source,
-        },
-        e => ModelError::Format {
-            path: path.to_path_buf(),
-            format: "safetensors",
-            reason: e.to_string(),
-        },
-    })?;
-    std::fs::rename(&tmp, path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
+    replace_via_tmp(path, |tmp| {
+        safetensors::serialize_to_file(views, Some(meta), tmp).map_err(|e| match e {
+            safetensors::SafeTensorError::IoError(source) => ModelError::Io {
+                path: tmp.to_path_buf(),
+                source,
+            },
+            e => ModelError::Format {
+                path: path.to_path_buf(),
+                format: "safetensors",
+                reason: e.to_string(),
+            },
+        })
     })
 }
 
 /// Writes `bytes` to `path.tmp` next to `path`, then renames it over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace_via_tmp(path, |tmp| {
+        std::fs::write(tmp, bytes).map_err(|source| ModelError::Io {
+            path: tmp.to_path_buf(),
+            source,
+        })
+    })
+}
+
+/// `write` fills a temporary sibling of `path`, which is then renamed over `path`, so a reader
+/// never sees half a file under the final name.
+fn replace_via_tmp(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let tmp = tmp_path(path);
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| ModelError::Io { path: p, source }
-    };
-    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    write(&tmp)?;
+    std::fs::rename(&tmp, path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn tmp_path(path: &Path) -> PathBuf {

@@ -249,15 +249,10 @@ mod flex {
         }
     }
 
-    /// The tensor with its elements in row-major order from the start of its buffer (a copy
-    /// only for a strided or offset view).
+    /// The tensor with its elements in row-major order filling its buffer: burn-flex returns
+    /// the tensor itself when it already is, and copies a strided, offset or oversized view.
     fn contiguous(t: FlexTensor) -> FlexTensor {
-        let full = t.layout().contiguous_offsets() == Some((0, t.layout().num_elements()));
-        if full && t.bytes().len() == t.layout().num_elements() * 4 {
-            t
-        } else {
-            t.to_contiguous()
-        }
+        t.to_contiguous()
     }
 
     /// The tensor with a buffer of its own, to update in place (a copy only if shared).
@@ -299,6 +294,17 @@ mod tests {
 
     use super::{FusedAdam, flex};
 
+    /// The fused Adam and burn's, both with β₁ 0.9, β₂ 0.999, ε 1e-8.
+    fn both_adams() -> (FusedAdam, Adam) {
+        let (b1, b2, eps) = (0.9, 0.999, 1e-8);
+        let burn = AdamConfig::new()
+            .with_beta_1(b1)
+            .with_beta_2(b2)
+            .with_epsilon(eps)
+            .build();
+        (FusedAdam::new(b1, b2, eps), burn)
+    }
+
     fn values(t: &Tensor<2>) -> Vec<f32> {
         t.to_data().try_to_vec::<f32>().unwrap()
     }
@@ -310,13 +316,8 @@ mod tests {
     fn fused_steps_equal_burns_adam_bit_for_bit() {
         let device = Device::flex();
         device.seed(3);
-        let (b1, b2, eps, lr) = (0.9, 0.999, 1e-8, 3e-4);
-        let fused = FusedAdam::new(b1, b2, eps);
-        let burn: Adam = AdamConfig::new()
-            .with_beta_1(b1)
-            .with_beta_2(b2)
-            .with_epsilon(eps)
-            .build();
+        let lr = 3e-4;
+        let (fused, burn) = both_adams();
         // More elements than one rayon task takes, so the chunks split.
         let start = Tensor::<2>::random([301, 517], Distribution::Normal(0.0, 1.0), &device);
         let (mut p_fused, mut p_burn) = (start.clone(), start);
@@ -364,13 +365,8 @@ mod tests {
     #[test]
     fn strided_and_shared_inputs_step_as_burns_adam() {
         let device = Device::flex();
-        let (b1, b2, eps, lr) = (0.9, 0.999, 1e-8, 1e-3);
-        let fused = FusedAdam::new(b1, b2, eps);
-        let burn: Adam = AdamConfig::new()
-            .with_beta_1(b1)
-            .with_beta_2(b2)
-            .with_epsilon(eps)
-            .build();
+        let lr = 1e-3;
+        let (fused, burn) = both_adams();
         let start = filled([150, 700], 0.37, &device).transpose();
         let g1 = filled([700, 150], 0.11, &device).mul_scalar(0.1);
         let (pf, sf) = fused.step(lr, start.clone(), g1.clone(), None);
