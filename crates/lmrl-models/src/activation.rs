@@ -52,3 +52,19 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         * x.clone();
     x * sigmoid(u)
 }
+
+/// Llama's SiLU, `x·σ(x)` (HF `silu`).
+///
+/// Why not burn's `silu` alone: on flex it is a single-threaded libm pass for the sigmoid and a
+/// second pass for the product, and under autodiff it keeps both `x` and `σ(x)` for the
+/// backward and runs three more passes there; on SmolLM2-135M that is every MLP's
+/// `[tokens, 1536]` gate. On the CPU backend (this crate's `flex` feature) it is one fused
+/// multi-threaded pass forward and one backward, keeping only `x`, computed with burn's own
+/// sigmoid and operation order: the same bits forward and backward.
+pub fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    #[cfg(feature = "flex")]
+    if crate::fused::takes(&x) {
+        return crate::fused::silu(x);
+    }
+    burn::tensor::activation::silu(x)
+}

@@ -13,6 +13,12 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path} is not a valid {format} file: {reason}")]
     Format {
         path: PathBuf,

@@ -19,6 +19,7 @@ mod auto;
 mod cache;
 mod config;
 mod error;
+mod file_write;
 #[cfg(feature = "flex")]
 mod fused;
 mod generation;
@@ -38,7 +39,7 @@ mod tensors;
 mod tokenizer;
 mod value_head;
 
-pub use activation::{Activation, gelu_tanh};
+pub use activation::{Activation, gelu_tanh, silu};
 pub use auto::AutoLm;
 pub use cache::{KvCache, LayerKv};
 pub use config::{Gpt2Config, LlamaConfig, ModelConfig};
@@ -51,7 +52,7 @@ pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, L
 pub use lm::{CausalLm, LmOutput, arange_positions, logits_at_every_position, validate_ids};
 pub use loader::{
     CONFIG_FILE, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, causal_lm_from_tensors, read_weights,
-    write_safetensors,
+    write_atomic, write_safetensors,
 };
 pub use log_softmax::{entropy_rows, kl_rows, log_softmax};
 pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};

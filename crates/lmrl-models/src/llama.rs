@@ -5,9 +5,9 @@
 //! transposed once at load time (and back when saving).
 use burn::module::Module;
 use burn::nn::{Embedding, Linear, RmsNorm, RmsNormConfig};
-use burn::tensor::activation::silu;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::activation::silu;
 use crate::attention::attention_bias;
 use crate::attention::{attend, split_heads};
 use crate::cache::KvCache;

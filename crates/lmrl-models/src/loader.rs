@@ -8,6 +8,7 @@ use burn::tensor::Device;
 use crate::auto::AutoLm;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::file_write::FileWriter;
 use crate::gpt2::Gpt2LmHeadModel;
 use crate::llama::LlamaForCausalLm;
 use crate::tensors::{RawTensor, TensorMap};
@@ -190,13 +191,7 @@ impl safetensors::View for F32View<'_> {
         &self.0.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        // safetensors stores little-endian bytes: on a little-endian host they are the f32s'
-        // own, and a checkpoint's half-gigabyte of weights is written without a copy.
-        if cfg!(target_endian = "little") {
-            Cow::Borrowed(bytemuck::cast_slice(&self.0.data))
-        } else {
-            Cow::Owned(self.0.data.iter().flat_map(|x| x.to_le_bytes()).collect())
-        }
+        Cow::Borrowed(&[])
     }
     fn data_len(&self) -> usize {
         self.0.data.len() * 4
@@ -204,33 +199,92 @@ impl safetensors::View for F32View<'_> {
 }
 
 /// Writes f32 tensors as a safetensors file (metadata `format: pt`, as `transformers` writes),
-/// atomically.
+/// atomically, streamed from the tensors' own bytes past the page cache.
 pub fn write_safetensors(path: &Path, tensors: &[(String, RawTensor)]) -> Result<()> {
-    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let views = tensors.iter().map(|(k, t)| (k.as_str(), F32View(t)));
-    // Streamed into the file, not assembled in memory first.
+    let header = safetensors_header(path, tensors)?;
+    let order = data_order(path, &header, tensors)?;
     replace_via_tmp(path, |tmp| {
-        safetensors::serialize_to_file(views, Some(meta), tmp).map_err(|e| match e {
-            safetensors::SafeTensorError::IoError(source) => ModelError::Io {
-                path: tmp.to_path_buf(),
-                source,
-            },
-            e => ModelError::Format {
-                path: path.to_path_buf(),
-                format: "safetensors",
-                reason: e.to_string(),
-            },
-        })
+        let mut file = FileWriter::create(tmp)?;
+        file.write(&header)?;
+        for i in order {
+            file.write(&le_bytes(&tensors[i].1.data))?;
+        }
+        file.finish()
     })
 }
 
-/// Writes `bytes` to `path.tmp` next to `path`, then renames it over `path`.
+/// The file's first bytes: the header's length and the header, as the safetensors crate lays
+/// them out (it decides the tensors' order and offsets). The views report their lengths but
+/// lend no data, so the crate's serializer returns the header alone.
+fn safetensors_header(path: &Path, tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let views = tensors.iter().map(|(k, t)| (k.as_str(), F32View(t)));
+    safetensors::serialize(views, Some(meta)).map_err(|e| ModelError::Format {
+        path: path.to_path_buf(),
+        format: "safetensors",
+        reason: e.to_string(),
+    })
+}
+
+/// Indices into `tensors` in the order of their data in the file, checked to tile the data
+/// section exactly as the header says.
+fn data_order(path: &Path, header: &[u8], tensors: &[(String, RawTensor)]) -> Result<Vec<usize>> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        data_offsets: (usize, usize),
+    }
+    let bad = |reason: String| ModelError::Format {
+        path: path.to_path_buf(),
+        format: "safetensors",
+        reason,
+    };
+    let json = header.get(8..).unwrap_or_default();
+    let mut entries: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| bad(format!("header being written: {e}")))?;
+    entries.remove("__metadata__");
+    let mut placed = Vec::with_capacity(tensors.len());
+    for (i, (name, t)) in tensors.iter().enumerate() {
+        let entry: Entry = entries
+            .remove(name)
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| {
+                bad(format!(
+                    "no offsets for `{name}` in the header being written"
+                ))
+            })?;
+        placed.push((entry.data_offsets, t.data.len() * 4, i));
+    }
+    placed.sort_unstable();
+    let mut end = 0;
+    for ((start, stop), len, i) in &placed {
+        if *start != end || stop - start != *len {
+            let name = &tensors[*i].0;
+            return Err(bad(format!(
+                "`{name}` at {start}..{stop} does not follow byte {end}"
+            )));
+        }
+        end = *stop;
+    }
+    Ok(placed.into_iter().map(|(_, _, i)| i).collect())
+}
+
+/// safetensors' little-endian bytes of `data`: on a little-endian host the f32s' own, so a
+/// checkpoint's half-gigabyte of weights is written without a copy.
+fn le_bytes(data: &[f32]) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        Cow::Borrowed(bytemuck::cast_slice(data))
+    } else {
+        Cow::Owned(data.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+}
+
+/// Writes `bytes` to `path.tmp` next to `path`, past the page cache, then renames it over
+/// `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     replace_via_tmp(path, |tmp| {
-        std::fs::write(tmp, bytes).map_err(|source| ModelError::Io {
-            path: tmp.to_path_buf(),
-            source,
-        })
+        let mut file = FileWriter::create(tmp)?;
+        file.write(bytes)?;
+        file.finish()
     })
 }
 
@@ -239,7 +293,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 fn replace_via_tmp(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let tmp = tmp_path(path);
     write(&tmp)?;
-    std::fs::rename(&tmp, path).map_err(|source| ModelError::Io {
+    std::fs::rename(&tmp, path).map_err(|source| ModelError::Write {
         path: path.to_path_buf(),
         source,
     })
@@ -249,4 +303,54 @@ fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".tmp{}", std::process::id()));
     path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tensor with its data, to serialize through the safetensors crate alone.
+    struct Full<'a>(&'a RawTensor);
+
+    impl safetensors::View for Full<'_> {
+        fn dtype(&self) -> safetensors::Dtype {
+            safetensors::Dtype::F32
+        }
+        fn shape(&self) -> &[usize] {
+            &self.0.shape
+        }
+        fn data(&self) -> Cow<'_, [u8]> {
+            le_bytes(&self.0.data)
+        }
+        fn data_len(&self) -> usize {
+            self.0.data.len() * 4
+        }
+    }
+
+    #[test]
+    fn the_file_is_what_the_safetensors_crate_serializes() {
+        // Names out of order (the crate sorts them), sizes that leave the file mid-block.
+        let tensors: Vec<(String, RawTensor)> =
+            [("wte", vec![7, 300]), ("b", vec![3]), ("a.w", vec![2049])]
+                .into_iter()
+                .map(|(name, shape)| {
+                    let n = shape.iter().product::<usize>();
+                    let data = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+                    (name.to_string(), RawTensor::new(shape, data))
+                })
+                .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("model.safetensors");
+        write_safetensors(&path, &tensors).expect("write");
+        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+        let views = tensors.iter().map(|(k, t)| (k.as_str(), Full(t)));
+        let expected = safetensors::serialize(views, Some(meta)).expect("serialize");
+        assert_eq!(std::fs::read(&path).expect("read back"), expected);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(
+            names.len(),
+            1,
+            "the temporary file is renamed, not left behind"
+        );
+    }
 }

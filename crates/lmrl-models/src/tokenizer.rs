@@ -19,6 +19,7 @@ use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufMetadata;
+use crate::loader::write_atomic;
 
 /// GPT-2's only special token, which is its BOS, EOS and (in TRL) padding token.
 pub const GPT2_EOS: &str = "<|endoftext|>";
@@ -446,14 +447,4 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
         format: "JSON",
         reason: e.to_string(),
     })
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    let io = |source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
 }

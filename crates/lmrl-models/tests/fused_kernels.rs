@@ -1,11 +1,11 @@
 //! The functions with fused CPU kernels against burn's composite ops (the definition, op by op):
 //! `log_softmax` (values and gradients, on and off the autodiff device, 2-D and 3-D, with masked
 //! −∞ entries as top-k filtering leaves them), `gelu_tanh` and the attention softmax (values and
-//! gradients); `kl_rows` and `entropy_rows` against their formulas and hand-computed values.
+//! gradients), `silu` (values and gradients, to the bit); `kl_rows` and `entropy_rows` against their formulas and hand-computed values.
 use burn::tensor::activation;
 use burn::tensor::{Device, Distribution, Tensor, TensorData};
 use lmrl_models::attention::attend;
-use lmrl_models::{entropy_rows, gelu_tanh, kl_rows, log_softmax};
+use lmrl_models::{entropy_rows, gelu_tanh, kl_rows, log_softmax, silu};
 
 fn device() -> Device {
     let d = Device::flex();
@@ -226,6 +226,32 @@ fn gelu_matches_the_composite_with_gradients() {
     // And without autodiff.
     let d = max_abs_diff(gelu_tanh(x0.clone()), composite(x0));
     assert!(d < 2e-6, "no-grad values: {d}");
+}
+
+#[test]
+fn silu_is_burns_silu_to_the_bit_with_gradients() {
+    let device = device();
+    let x0 = Tensor::<3>::random([3, 7, 1536], Distribution::Normal(0.0, 4.0), &device);
+    // Both branches of the sigmoid, zero, and values where e^±x saturates.
+    let edges = [
+        0.0, -0.0, 1e-30, -1e-30, 20.0, -20.0, 88.0, -88.0, 104.0, -104.0,
+    ];
+    let mut x0v = x0.into_data().try_to_vec::<f32>().unwrap();
+    x0v[..edges.len()].copy_from_slice(&edges);
+    let x0 = Tensor::<3>::from_data(TensorData::new(x0v, [3, 7, 1536]), &device);
+    let w = Tensor::<3>::random([3, 7, 1536], Distribution::Normal(0.0, 1.0), &device);
+    let bits = |t: Tensor<3>| -> Vec<u32> {
+        let v = t.into_data().try_to_vec::<f32>().unwrap();
+        v.iter().map(|x| x.to_bits()).collect()
+    };
+    let (y_f, g_f) = value_and_grad(&x0, &w, silu);
+    let (y_c, g_c) = value_and_grad(&x0, &w, activation::silu);
+    assert!(bits(y_f) == bits(y_c), "values differ from burn's silu");
+    assert!(bits(g_f) == bits(g_c), "gradients differ from burn's silu");
+    assert!(
+        bits(silu(x0.clone())) == bits(activation::silu(x0)),
+        "no-grad values differ"
+    );
 }
 
 #[test]

@@ -36,6 +36,8 @@ pub trait FusedOps: Backend {
     fn fused_softmax(x: FloatTensor<Self>) -> FloatTensor<Self>;
     /// GPT-2's tanh GELU, element-wise.
     fn fused_gelu_tanh(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// Llama's SiLU `x·σ(x)`, element-wise.
+    fn fused_silu(x: FloatTensor<Self>) -> FloatTensor<Self>;
     /// `Σ exp(a)·(a − b)` per row of two `[N, V]` tensors, `[N]`.
     fn fused_kl_rows(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
     /// `−Σ exp(a)·a` per row of an `[N, V]` tensor, `[N]`.
@@ -78,6 +80,11 @@ pub(crate) fn softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// GPT-2's tanh GELU.
 pub(crate) fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_gelu_tanh(x.into_dispatch()))
+}
+
+/// SiLU, `x·σ(x)`.
+pub(crate) fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_silu(x.into_dispatch()))
 }
 
 /// `x·W` for 2-D operands.
@@ -154,6 +161,18 @@ fn rowwise2(a: &FlexTensor, b: FlexTensor, kernel: fn(&[f32], &[f32], &mut [f32]
     FlexTensor::from_data(TensorData::new(out, shape))
 }
 
+/// `kernel(chunk_in, chunk_out)` over chunks of a tensor, in parallel: for element-wise
+/// kernels, to which any chunking is the same.
+fn elementwise(x: FlexTensor, kernel: fn(&[f32], &mut [f32])) -> FlexTensor {
+    let (x, shape) = contiguous(&x);
+    let input = elements(&x);
+    let mut out = vec![0.0f32; input.len()];
+    out.par_chunks_mut(TASK_ELEMENTS)
+        .zip(input.par_chunks(TASK_ELEMENTS))
+        .for_each(|(o, i)| kernel(i, o));
+    FlexTensor::from_data(TensorData::new(out, shape))
+}
+
 /// `[N]` from `f(row of a, row of b)` for each of the N rows of `[N, V]` tensors.
 fn row_reduce(
     a: FlexTensor,
@@ -187,14 +206,11 @@ impl FusedOps for Flex {
     }
 
     fn fused_gelu_tanh(x: FlexTensor) -> FlexTensor {
-        // Element-wise: any row length will do, so the whole tensor is one row of chunks.
-        let (x, shape) = contiguous(&x);
-        let input = elements(&x);
-        let mut out = vec![0.0f32; input.len()];
-        out.par_chunks_mut(TASK_ELEMENTS)
-            .zip(input.par_chunks(TASK_ELEMENTS))
-            .for_each(|(o, i)| kernels::gelu_tanh(i, o));
-        FlexTensor::from_data(TensorData::new(out, shape))
+        elementwise(x, kernels::gelu_tanh)
+    }
+
+    fn fused_silu(x: FlexTensor) -> FlexTensor {
+        elementwise(x, kernels::silu)
     }
 
     fn fused_kl_rows(a: FlexTensor, b: FlexTensor) -> FlexTensor {
@@ -298,6 +314,14 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
             rows: false,
         };
         tracked::<C>(x, Flex::fused_gelu_tanh, backward, false)
+    }
+
+    fn fused_silu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let backward = FusedBackward {
+            kernel: kernels::silu_backward,
+            rows: false,
+        };
+        tracked::<C>(x, Flex::fused_silu, backward, false)
     }
 
     fn fused_kl_rows(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
