@@ -23,12 +23,13 @@ pub fn dense(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor
 }
 
 /// `x·w` for 2-D operands. On the CPU backend (`flex` feature) a product of at most
-/// `MATMUL_MAX_ROWS` rows without autodiff — each projection of a decoding step, the vocabulary
+/// 32 rows without autodiff — each projection of a decoding step, the vocabulary
 /// head's included — takes the memory-bound kernels of `crate::fused` (1.5–2× burn's GEMM
-/// there); every other product is burn's matmul.
+/// there); every other product is burn-flex's GEMM call without its output copies, with or
+/// without autodiff (`crate::fused`). Elsewhere it is burn's matmul.
 pub(crate) fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     #[cfg(feature = "flex")]
-    if x.dims()[0] <= crate::fused::MATMUL_MAX_ROWS && crate::fused::takes(&x) {
+    if crate::fused::takes(&x) && crate::fused::takes(&w) {
         return crate::fused::matmul(x, w);
     }
     x.matmul(w)

@@ -1,11 +1,11 @@
 //! The functions with fused CPU kernels against burn's composite ops (the definition, op by op):
 //! `log_softmax` (values and gradients, on and off the autodiff device, 2-D and 3-D, with masked
 //! −∞ entries as top-k filtering leaves them), `gelu_tanh` and the attention softmax (values and
-//! gradients), `silu` (values and gradients, to the bit); `kl_rows` and `entropy_rows` against their formulas and hand-computed values.
+//! gradients), `silu` and `dense`'s matrix product (values and gradients, to the bit); `kl_rows` and `entropy_rows` against their formulas and hand-computed values.
 use burn::tensor::activation;
 use burn::tensor::{Device, Distribution, Tensor, TensorData};
 use lmrl_models::attention::attend;
-use lmrl_models::{entropy_rows, gelu_tanh, kl_rows, log_softmax, silu};
+use lmrl_models::{dense, entropy_rows, gelu_tanh, kl_rows, log_softmax, silu};
 
 fn device() -> Device {
     let d = Device::flex();
@@ -240,10 +240,6 @@ fn silu_is_burns_silu_to_the_bit_with_gradients() {
     x0v[..edges.len()].copy_from_slice(&edges);
     let x0 = Tensor::<3>::from_data(TensorData::new(x0v, [3, 7, 1536]), &device);
     let w = Tensor::<3>::random([3, 7, 1536], Distribution::Normal(0.0, 1.0), &device);
-    let bits = |t: Tensor<3>| -> Vec<u32> {
-        let v = t.into_data().try_to_vec::<f32>().unwrap();
-        v.iter().map(|x| x.to_bits()).collect()
-    };
     let (y_f, g_f) = value_and_grad(&x0, &w, silu);
     let (y_c, g_c) = value_and_grad(&x0, &w, activation::silu);
     assert!(bits(y_f) == bits(y_c), "values differ from burn's silu");
@@ -252,6 +248,69 @@ fn silu_is_burns_silu_to_the_bit_with_gradients() {
         bits(silu(x0.clone())) == bits(activation::silu(x0)),
         "no-grad values differ"
     );
+}
+
+/// The bits of a tensor.
+fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
+    let v = t.into_data().try_to_vec::<f32>().unwrap();
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn dense_products_are_burns_matmul_to_the_bit_with_gradients() {
+    let device = device();
+    let ad = device.clone().autodiff();
+    // Few rows and many; a row-major weight and a transposed view (the tied vocabulary head);
+    // sizes above and below burn-flex's threshold for splitting over threads.
+    for (b, s, k, n, transposed) in [
+        (2, 3, 24, 40, false),
+        (4, 37, 96, 200, false),
+        (3, 41, 64, 300, true),
+        (1, 5, 8, 12, true),
+    ] {
+        let x0 = Tensor::<3>::random([b, s, k], Distribution::Normal(0.0, 1.0), &device);
+        let w0 = match transposed {
+            false => Tensor::<2>::random([k, n], Distribution::Normal(0.0, 1.0), &device),
+            true => Tensor::<2>::random([n, k], Distribution::Normal(0.0, 1.0), &device),
+        };
+        let up = Tensor::<3>::random([b, s, n], Distribution::Normal(0.0, 1.0), &device);
+        let run = |ours: bool| {
+            let x = Tensor::<3>::from_data(x0.to_data(), &ad).require_grad();
+            let w = Tensor::<2>::from_data(w0.to_data(), &ad).require_grad();
+            let wv = if transposed {
+                w.clone().transpose()
+            } else {
+                w.clone()
+            };
+            let y = match ours {
+                true => dense(x.clone(), wv, None),
+                false => x.clone().reshape([b * s, k]).matmul(wv).reshape([b, s, n]),
+            };
+            let loss = (y.clone() * Tensor::from_data(up.to_data(), &ad)).sum();
+            let g = loss.backward();
+            let (gx, gw) = (
+                x.grad(&g).expect("x tracked"),
+                w.grad(&g).expect("w tracked"),
+            );
+            (bits(y.inner()), bits(gx), bits(gw))
+        };
+        let case = format!("[{b}, {s}, {k}]·[{k}, {n}], transposed {transposed}");
+        let (ours, burns) = (run(true), run(false));
+        assert!(ours.0 == burns.0, "{case}: values differ");
+        assert!(ours.1 == burns.1, "{case}: x gradients differ");
+        assert!(ours.2 == burns.2, "{case}: w gradients differ");
+        // Without autodiff (more than 32 rows: the GEMM path, not the decoding kernels).
+        if b * s > 32 {
+            let wv = if transposed {
+                w0.clone().transpose()
+            } else {
+                w0.clone()
+            };
+            let ours = dense(x0.clone(), wv.clone(), None);
+            let burns = x0.clone().reshape([b * s, k]).matmul(wv).reshape([b, s, n]);
+            assert!(bits(ours) == bits(burns), "{case}: no-grad values differ");
+        }
+    }
 }
 
 #[test]

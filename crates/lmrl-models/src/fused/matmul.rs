@@ -70,6 +70,84 @@ pub(super) fn small_matmul(x: &FlexTensor, w: &FlexTensor) -> Option<FlexTensor>
     Some(FlexTensor::from_data(TensorData::new(out, [m, n])))
 }
 
+/// burn-flex's threshold (`m·n·k`) above which a product is split over the rayon pool.
+const PARALLEL_OPS: usize = 192 * 192 * 192;
+
+/// `lhs·rhs` for 2-D f32 operands in any strides, by the same `gemm` call as burn-flex's
+/// `float_matmul` (same arguments, same split over threads): the same bits. `None` for other
+/// dtypes or ranks.
+///
+/// Why not burn-flex's: it allocates the output as zeroed bytes and then, because a byte
+/// vector reports alignment 1, reallocates it 16-aligned and copies it (`FlexTensor::empty` →
+/// `Bytes::from_bytes_vec`), for every product; here the output is allocated once as f32s
+/// and written by `gemm` without being cleared first.
+pub(super) fn gemm_2d(lhs: &FlexTensor, rhs: &FlexTensor) -> Option<FlexTensor> {
+    let (ls, rs) = (lhs.layout(), rhs.layout());
+    if ls.shape().num_dims() != 2
+        || rs.shape().num_dims() != 2
+        || lhs.dtype() != DType::F32
+        || rhs.dtype() != DType::F32
+    {
+        return None;
+    }
+    let (m, k, n) = (ls.shape()[0], ls.shape()[1], rs.shape()[1]);
+    if rs.shape()[0] != k {
+        return None;
+    }
+    let ([l_rs, l_cs], [r_rs, r_cs]) = (strides_2d(ls.strides())?, strides_2d(rs.strides())?);
+    if k == 0 {
+        return Some(FlexTensor::from_data(TensorData::new(
+            vec![0.0f32; m * n],
+            [m, n],
+        )));
+    }
+    let parallelism = match m.saturating_mul(n).saturating_mul(k) >= PARALLEL_OPS {
+        true => gemm::Parallelism::Rayon(0),
+        false => gemm::Parallelism::None,
+    };
+    let l = lhs.storage::<f32>()[ls.start_offset()..].as_ptr();
+    let r = rhs.storage::<f32>()[rs.start_offset()..].as_ptr();
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    // SAFETY: `l` and `r` point at the first elements of `[m, k]` and `[k, n]` views whose
+    // strides address only their buffers (burn-flex's layouts guarantee it); `out` has room
+    // for `m·n` elements, row-major (column stride 1, row stride n). With `read_dst` false and
+    // `beta` 1, `gemm` writes `lhs·rhs` to every one of them without reading any, so all
+    // `m·n` are initialised when `set_len` runs.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            l,
+            l_cs,
+            l_rs,
+            r,
+            r_cs,
+            r_rs,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+        out.set_len(m * n);
+    }
+    Some(FlexTensor::from_data(TensorData::new(out, [m, n])))
+}
+
+/// `[row stride, column stride]` of a 2-D layout.
+fn strides_2d(strides: &[isize]) -> Option<[isize; 2]> {
+    match strides {
+        [r, c] => Some([*r, *c]),
+        _ => None,
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Layout {
     RowMajor,

@@ -13,12 +13,10 @@
 mod kernels;
 mod matmul;
 
-pub(crate) use matmul::MAX_ROWS as MATMUL_MAX_ROWS;
-
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, DispatchTensorKind, Flex, backend_extension};
@@ -222,7 +220,39 @@ impl FusedOps for Flex {
     }
 
     fn fused_matmul(x: FlexTensor, w: FlexTensor) -> FlexTensor {
-        matmul::small_matmul(&x, &w).unwrap_or_else(|| Flex::float_matmul(x, w))
+        matmul::small_matmul(&x, &w)
+            .or_else(|| matmul::gemm_2d(&x, &w))
+            .unwrap_or_else(|| Flex::float_matmul(x, w))
+    }
+}
+
+/// `x·w` by [`matmul::gemm_2d`], or burn-flex's matmul for operands it does not take.
+fn product(x: &FlexTensor, w: &FlexTensor) -> FlexTensor {
+    matmul::gemm_2d(x, w).unwrap_or_else(|| Flex::float_matmul(x.clone(), w.clone()))
+}
+
+/// The backward of `x·w`: its state is `x` if `w` needs a gradient and `w` if `x` does.
+#[derive(Debug)]
+struct MatmulBackward;
+
+impl Backward<Flex, 2> for MatmulBackward {
+    type State = (Option<FlexTensor>, Option<FlexTensor>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (x, w) = ops.state;
+        binary::<Flex, _, _>(
+            ops.parents,
+            ops.node,
+            grads,
+            |g| {
+                let w = w.expect("w is kept when x needs a gradient");
+                product(&g, &Flex::float_transpose(w))
+            },
+            |g| {
+                let x = x.expect("x is kept when w needs a gradient");
+                product(&Flex::float_transpose(x), &g)
+            },
+        );
     }
 }
 
@@ -332,9 +362,25 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         FloatTensor::<Self>::new(Flex::fused_entropy_rows(a.into_primitive()))
     }
 
-    /// Under autodiff, burn's matmul and its recorded backward: the few-row kernels serve
-    /// generation, which runs without autodiff.
+    /// Under autodiff, [`matmul::gemm_2d`] forward and backward, as burn's matmul records
+    /// them (`g·wᵀ` for `x`, `xᵀ·g` for `w`, each operand kept only if the other needs its
+    /// gradient): the same bits. The few-row kernels serve generation, without autodiff.
     fn fused_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
-        Self::float_matmul(x, w)
+        let (x_tracked, w_tracked) = (x.is_tracked(), w.is_tracked());
+        match MatmulBackward
+            .prepare::<C>([x.node(), w.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (x, w) = (x.into_primitive(), w.into_primitive());
+                let out = product(&x, &w);
+                let state = (w_tracked.then_some(x), x_tracked.then_some(w));
+                prep.finish(state, out)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(product(&x.into_primitive(), &w.into_primitive()))
+            }
+        }
     }
 }
