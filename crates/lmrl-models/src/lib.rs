@@ -52,7 +52,7 @@ pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, L
 pub use lm::{CausalLm, LmOutput, arange_positions, logits_at_every_position, validate_ids};
 pub use loader::{
     CONFIG_FILE, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, causal_lm_from_tensors, read_weights,
-    write_atomic, write_safetensors,
+    write_atomic, write_atomic_parts, write_safetensors,
 };
 pub use log_softmax::{entropy_rows, kl_rows, log_softmax};
 pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};

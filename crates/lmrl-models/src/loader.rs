@@ -281,9 +281,18 @@ fn le_bytes(data: &[f32]) -> Cow<'_, [u8]> {
 /// Writes `bytes` to `path.tmp` next to `path`, past the page cache, then renames it over
 /// `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_parts(path, &[bytes])
+}
+
+/// [`write_atomic`] of the concatenation of `parts`, without assembling it in memory: a file
+/// made of large buffers that live elsewhere (a container's header, then each tensor's own
+/// buffer) is written straight from them.
+pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> Result<()> {
     replace_via_tmp(path, |tmp| {
         let mut file = FileWriter::create(tmp)?;
-        file.write(bytes)?;
+        for part in parts {
+            file.write(part)?;
+        }
         file.finish()
     })
 }

@@ -16,6 +16,8 @@ mod error;
 pub mod group;
 mod learner;
 pub mod optim;
+#[cfg(feature = "flex")]
+mod optim_file;
 pub mod ppo;
 mod util;
 

@@ -7,10 +7,14 @@
 //! PPO step takes one per epoch. [`FusedAdam`] does the same arithmetic, in the same order and
 //! precision (so the results are bit-identical), in one pass split over the cores, on the CPU
 //! backend with this crate's `flex` feature; every other backend runs burn's `Adam`. Its
-//! per-parameter state is burn's `AdamState`, so optimiser checkpoints are interchangeable
-//! with burn's.
-use burn::optim::{Adam, AdamConfig, AdamState, LearningRate, ModuleOptimizer, Optimizer};
-use burn::tensor::{Device, Tensor};
+//! per-parameter state is burn's `AdamState`, recorded under the same names, so optimiser
+//! checkpoints are interchangeable with burn's.
+use burn::optim::{
+    Adam, AdamConfig, AdamState, LearningRate, ModuleOptimizer, Optimizer, RecordState, StateSink,
+    StateSource, join_path,
+};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_pack::Scalar;
 
 /// Adam with moments `β₁`, `β₂` and `ε` added to `√v̂` (PyTorch's convention), no weight decay,
 /// as a module optimiser.
@@ -55,7 +59,7 @@ impl FusedAdam {
 }
 
 impl Optimizer for FusedAdam {
-    type State<const D: usize> = AdamState<D>;
+    type State<const D: usize> = FusedAdamState<D>;
 
     fn step<const D: usize>(
         &self,
@@ -64,17 +68,69 @@ impl Optimizer for FusedAdam {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
+        let state = state.map(|s| s.0);
         #[cfg(feature = "flex")]
         if flex::fits(&tensor, &grad, state.as_ref()) {
-            return flex::step(self.hyper, lr, tensor, grad, state);
+            let (tensor, state) = flex::step(self.hyper, lr, tensor, grad, state);
+            return (tensor, state.map(FusedAdamState));
         }
-        self.composite.step(lr, tensor, grad, state)
+        let (tensor, state) = self.composite.step(lr, tensor, grad, state);
+        (tensor, state.map(FusedAdamState))
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
-        Adam::to_device(state, device)
+        FusedAdamState(Adam::to_device(state.0, device))
     }
 }
+
+/// One parameter's state in [`FusedAdam`]: burn's `AdamState`, recorded under the names burn's
+/// derived record gives it (checkpoints stay interchangeable with burn's `Adam`), but on the
+/// CPU backend the record's tensors are views of the moments' own buffers instead of copies.
+///
+/// Why: the record exists to be written to a file at once, and the moments are 8 bytes per
+/// parameter (1.08 GB for SmolLM2-135M); a copy of them is that much more memory, at a
+/// checkpoint, touched once. The views are read-only: the record holds them only until it is
+/// written, and the next step's update takes its buffer back in place once they are gone.
+#[derive(Clone)]
+pub struct FusedAdamState<const D: usize>(pub AdamState<D>);
+
+impl<const D: usize> RecordState for FusedAdamState<D> {
+    /// `AdamState { momentum: AdaptiveMomentumState { time, moment_1, moment_2, max_moment_2 } }`
+    /// as `#[derive(RecordState)]` flattens it (checked against the derive in the tests).
+    fn state_flatten(&self, prefix: &str, out: &mut StateSink) {
+        let m = &self.0.momentum;
+        let path = join_path(prefix, "momentum");
+        out.push_scalar(&path, "time", Scalar::from(m.time));
+        let tensors = [
+            ("moment_1", Some(&m.moment_1)),
+            ("moment_2", Some(&m.moment_2)),
+            ("max_moment_2", m.max_moment_2.as_ref()),
+        ];
+        for (leaf, tensor) in tensors {
+            if let Some(t) = tensor {
+                out.push_tensor(&path, leaf, record_data(prefix, &join_path(&path, leaf), t));
+            }
+        }
+    }
+
+    fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
+        AdamState::state_unflatten(prefix, src, device).map(Self)
+    }
+}
+
+/// The values of the state tensor `name` of parameter `param` (its id) for a record: a view of
+/// its buffer where the backend allows one, else a copy (what burn's derived record takes).
+fn record_data<const D: usize>(param: &str, name: &str, t: &Tensor<D>) -> TensorData {
+    #[cfg(feature = "flex")]
+    if let Some(data) = flex::record_data(param, name, t) {
+        return data;
+    }
+    let _ = (param, name);
+    t.clone().into_data()
+}
+
+#[cfg(feature = "flex")]
+pub(crate) use flex::{Moment, record_streamed};
 
 impl Hyper {
     /// The scalars of step `t` (1-based), as burn's `AdaptiveMomentum::transform` forms them:
@@ -92,8 +148,13 @@ mod flex {
     use burn::backend::{
         BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind,
     };
-    use burn::optim::{AdamState, AdaptiveMomentumState, LearningRate};
-    use burn::tensor::{DType, Shape, Tensor, TensorData};
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use burn::optim::{
+        AdamState, AdaptiveMomentumState, LearningRate, ModuleOptimizer, OptimizerRecord,
+    };
+    use burn::tensor::{AllocationProperty, Bytes, DType, Shape, Tensor, TensorData};
     use burn_flex::FlexTensor;
     use rayon::prelude::*;
 
@@ -280,6 +341,107 @@ mod flex {
         old - step * s.lr
     }
 
+    /// A state tensor taken out of a record by [`record_streamed`]: its name and parameter
+    /// in the record, and its own buffer.
+    pub(crate) struct Moment {
+        pub name: String,
+        pub param_id: u64,
+        pub dtype: DType,
+        pub shape: Vec<usize>,
+        pub buffer: Arc<Bytes>,
+    }
+
+    /// What [`record_streamed`] collects while burn builds the record.
+    struct Streamed {
+        moments: Vec<Moment>,
+        /// Every state tensor could be taken out.
+        complete: bool,
+    }
+
+    thread_local! {
+        /// Set only for the duration of one [`record_streamed`] call on this thread, which is
+        /// where burn's `to_record` calls [`super::FusedAdamState`]'s `state_flatten`.
+        static STREAMED: RefCell<Option<Streamed>> = const { RefCell::new(None) };
+    }
+
+    /// burn's record of `optimizer` with every state tensor taken out (an empty placeholder
+    /// left in its place) and returned beside it as a view of its buffer, in the record's
+    /// order; `None` if some state tensor could not be (not a [`FusedAdam`](super::FusedAdam)
+    /// state on the CPU backend, or not filling its buffer).
+    ///
+    /// Why: burn serialises a record only as a whole file through the page cache or as one
+    /// in-memory container; the moments are the bulk of it (1.08 GB for SmolLM2-135M) and
+    /// already sit in memory in the container's byte layout, so a writer can stream them
+    /// straight from their buffers (`optim_file`).
+    pub(crate) fn record_streamed(
+        optimizer: &ModuleOptimizer,
+    ) -> Option<(OptimizerRecord, Vec<Moment>)> {
+        STREAMED.set(Some(Streamed {
+            moments: Vec::new(),
+            complete: true,
+        }));
+        let record = optimizer.to_record();
+        let streamed = STREAMED.take()?;
+        streamed.complete.then_some((record, streamed.moments))
+    }
+
+    /// The state tensor `name` of parameter `param` for a record: under [`record_streamed`],
+    /// an empty placeholder (its buffer goes to the streamed list); otherwise a zero-copy view
+    /// of its buffer. `None` where the tensor has no such view (burn's derived copy then).
+    pub(super) fn record_data<const D: usize>(
+        param: &str,
+        name: &str,
+        t: &Tensor<D>,
+    ) -> Option<TensorData> {
+        let view = view_of(t);
+        STREAMED.with_borrow_mut(|streamed| match streamed {
+            Some(s) => match (view, param.parse::<u64>()) {
+                (Some((buffer, shape, dtype)), Ok(param_id)) => {
+                    s.moments.push(Moment {
+                        name: name.to_string(),
+                        param_id,
+                        dtype,
+                        shape: shape.to_vec(),
+                        buffer,
+                    });
+                    Some(TensorData::new(Vec::<f32>::new(), [0]))
+                }
+                _ => {
+                    s.complete = false;
+                    None
+                }
+            },
+            None => view.map(|(buffer, shape, dtype)| {
+                let view = bytes::Bytes::from_owner(SharedBuffer(buffer));
+                let bytes = Bytes::from_shared(view, AllocationProperty::Native);
+                TensorData::from_bytes(bytes, shape, dtype)
+            }),
+        })
+    }
+
+    /// The buffer, shape and dtype of a CPU-backend tensor filling its buffer in row-major
+    /// order; `None` for any other tensor.
+    fn view_of<const D: usize>(t: &Tensor<D>) -> Option<(Arc<Bytes>, Shape, DType)> {
+        if !is_flex(t) {
+            return None;
+        }
+        let f = flex_of(t.clone());
+        let layout = f.layout();
+        let len = layout.num_elements() * f.dtype().size();
+        let buffer = f.data_arc();
+        let whole = f.is_contiguous() && layout.start_offset() == 0 && buffer.len() == len;
+        whole.then(|| (buffer, layout.shape().clone(), f.dtype()))
+    }
+
+    /// A tensor buffer as the owner of a [`bytes::Bytes`]: the buffer lives as long as the view.
+    struct SharedBuffer(Arc<Bytes>);
+
+    impl AsRef<[u8]> for SharedBuffer {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
     fn flex_of<const D: usize>(t: Tensor<D>) -> FlexTensor {
         match t.into_dispatch().kind {
             DispatchTensorKind::Flex(BackendTensor::Float(f)) => f,
@@ -328,7 +490,7 @@ mod flex {
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
-    use burn::optim::{Adam, AdamConfig, Optimizer};
+    use burn::optim::{Adam, AdamConfig, Optimizer, RecordState, StateSink};
     use burn::tensor::{Device, Distribution, Tensor};
 
     use super::{FusedAdam, flex};
@@ -386,7 +548,7 @@ mod tests {
             lr,
             p_fused.clone(),
             g.clone(),
-            Some(super::AdamState::new(f)),
+            Some(super::FusedAdamState(super::AdamState::new(f))),
         );
         let (c, _) = burn.step(lr, p_burn, g, Some(super::AdamState::new(b)));
         assert_eq!(values(&a), values(&c));
@@ -412,13 +574,13 @@ mod tests {
         let (pb, sb) = burn.step(lr, start, g1, None);
         assert_eq!(values(&pf), values(&pb));
         let (sf, sb) = (sf.unwrap(), sb.unwrap());
-        let kept = sf.momentum.moment_1.clone();
+        let kept = sf.0.momentum.moment_1.clone();
         let before = values(&kept);
         let g2 = filled([700, 150], 0.23, &device).mul_scalar(0.1);
         let (pf, sf) = fused.step(lr, pf, g2.clone(), Some(sf));
         let (pb, sb) = burn.step(lr, pb, g2, Some(sb));
         assert_eq!(values(&pf), values(&pb));
-        let (f, b) = (sf.unwrap().momentum, sb.unwrap().momentum);
+        let (f, b) = (sf.unwrap().0.momentum, sb.unwrap().momentum);
         assert_eq!(values(&f.moment_1), values(&b.moment_1));
         assert_eq!(values(&f.moment_2), values(&b.moment_2));
         assert_eq!(
@@ -426,5 +588,61 @@ mod tests {
             before,
             "a shared moment was written in place"
         );
+    }
+
+    /// The record of a fused Adam's state holds what burn's derived record of the same
+    /// `AdamState` holds: the same names, scalars, shapes, dtypes and bytes.
+    #[test]
+    fn the_record_is_burns_adam_record() {
+        let device = Device::flex();
+        let lr = 1e-3;
+        let (fused, _) = both_adams();
+        let start = filled([37, 41], 0.29, &device);
+        let (p, s) = fused.step(lr, start, filled([37, 41], 0.13, &device), None);
+        let (_, s) = fused.step(lr, p, filled([37, 41], 0.07, &device), s);
+        let fused_state = s.unwrap();
+        let (mut ours, mut burns) = (StateSink::default(), StateSink::default());
+        fused_state.state_flatten("42", &mut ours);
+        fused_state.0.state_flatten("42", &mut burns);
+        assert_eq!(ours.scalars, burns.scalars);
+        let names = |s: &StateSink| s.tensors.iter().map(|t| t.0.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&ours), names(&burns));
+        assert_eq!(
+            names(&ours),
+            ["42.momentum.moment_1", "42.momentum.moment_2"]
+        );
+        for ((name, a), (_, b)) in ours.tensors.iter().zip(&burns.tensors) {
+            assert_eq!(a.shape(), b.shape(), "{name}");
+            assert_eq!(a.dtype(), b.dtype(), "{name}");
+            assert_eq!(a.as_bytes(), b.as_bytes(), "{name}");
+        }
+    }
+
+    /// The record views the moments instead of copying them, and the views neither change
+    /// the state nor outlive their use: once the record is gone, the next step equals burn's.
+    #[test]
+    fn the_record_views_the_moments_and_steps_go_on_unchanged() {
+        let device = Device::flex();
+        let lr = 1e-3;
+        let (fused, burn) = both_adams();
+        let start = filled([64, 48], 0.31, &device);
+        let g = filled([64, 48], 0.17, &device);
+        let (pf, sf) = fused.step(lr, start.clone(), g.clone(), None);
+        let (pb, sb) = burn.step(lr, start, g, None);
+        let sf = sf.unwrap();
+        let mut sink = StateSink::default();
+        sf.state_flatten("1", &mut sink);
+        let viewed = sink.tensors[0].1.as_bytes().as_ptr();
+        let moment = flex::record_data("1", "m", &sf.0.momentum.moment_1).unwrap();
+        assert_eq!(
+            viewed,
+            moment.as_bytes().as_ptr(),
+            "the record copied a moment"
+        );
+        drop((sink, moment));
+        let g2 = filled([64, 48], 0.05, &device);
+        let (pf, _) = fused.step(lr, pf, g2.clone(), Some(sf));
+        let (pb, _) = burn.step(lr, pb, g2, sb);
+        assert_eq!(values(&pf), values(&pb));
     }
 }

@@ -79,9 +79,14 @@ pub(crate) fn read_toml<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> 
 }
 
 /// Writes the optimizer's record (Adam moments and step counts, burn's burnpack) to
-/// `dir/optimizer.bpk` through a temporary file.
+/// `dir/optimizer.bpk` through a temporary file: streamed from the moments' buffers past the
+/// page cache where they allow it (`crate::optim_file`), else by burn's own writer.
 pub(crate) fn save_optimizer(optimizer: &ModuleOptimizer, dir: &Path) -> Result<()> {
     let opt = dir.join(OPTIMIZER_FILE);
+    #[cfg(feature = "flex")]
+    if let Some((record, moments)) = crate::optim::record_streamed(optimizer) {
+        return crate::optim_file::write_streamed(&opt, record, &moments);
+    }
     let tmp = tmp_path(&opt);
     optimizer
         .to_record()
