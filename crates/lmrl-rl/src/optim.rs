@@ -380,9 +380,20 @@ mod flex {
             moments: Vec::new(),
             complete: true,
         }));
+        // Cleared even if `to_record` unwinds: a collection left set would turn this thread's
+        // later records into placeholders.
+        let _clear = ClearOnDrop;
         let record = optimizer.to_record();
         let streamed = STREAMED.take()?;
         streamed.complete.then_some((record, streamed.moments))
+    }
+
+    struct ClearOnDrop;
+
+    impl Drop for ClearOnDrop {
+        fn drop(&mut self) {
+            STREAMED.set(None);
+        }
     }
 
     /// The state tensor `name` of parameter `param` for a record: under [`record_streamed`],

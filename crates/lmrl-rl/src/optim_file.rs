@@ -58,7 +58,7 @@ pub(crate) fn write_streamed(
     // the placeholder record is a few kilobytes.
     let small = record.into_bytes().map_err(|e| err(&format!("{e:?}")))?;
     let reader = Reader::from_bytes(small).map_err(|e| err(&e))?;
-    let (metadata, offsets, data_size) = metadata(reader.metadata(), reader.scalars(), moments);
+    let (metadata, offsets) = metadata(reader.metadata(), reader.scalars(), moments);
     let mut meta = Vec::new();
     ciborium::ser::into_writer(&metadata, &mut meta).map_err(|e| err(&e))?;
     let size = u32::try_from(meta.len()).map_err(|_| err(&"metadata over 4 GiB"))?;
@@ -75,17 +75,16 @@ pub(crate) fn write_streamed(
         parts.push(&moment.buffer[..]);
         at = offset + moment.buffer.len();
     }
-    debug_assert_eq!(at, data_size);
     Ok(lmrl_models::write_atomic_parts(path, &parts)?)
 }
 
 /// The metadata block and each moment's offset in the data section (in `moments` order, each
-/// aligned to [`TENSOR_ALIGNMENT`]), and the data section's size.
+/// aligned to [`TENSOR_ALIGNMENT`]).
 fn metadata(
     paths: &BTreeMap<String, String>,
     scalars: &BTreeMap<String, Scalar>,
     moments: &[Moment],
-) -> (Metadata, Vec<usize>, usize) {
+) -> (Metadata, Vec<usize>) {
     let mut tensors = BTreeMap::new();
     let mut offsets = Vec::with_capacity(moments.len());
     let mut end = 0usize;
@@ -106,7 +105,7 @@ fn metadata(
         metadata: paths.clone(),
         scalars: scalars.clone(),
     };
-    (metadata, offsets, end)
+    (metadata, offsets)
 }
 
 #[cfg(test)]
