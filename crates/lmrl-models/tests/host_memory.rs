@@ -1,0 +1,80 @@
+//! `retain_freed_memory` in a process of its own (it must run before any other thread
+//! allocates): a large buffer allocated afterwards lies in heap address space marked for
+//! transparent huge pages exactly when the kernel gives them only on request.
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn main() {
+    assert!(
+        lmrl_models::retain_freed_memory(),
+        "glibc refused the heap settings"
+    );
+    // Larger than what glibc keeps at the heap's top after a trim (`M_TOP_PAD`, 64 MiB).
+    let buffer = vec![1u8; 256 << 20];
+    // The heap's first huge page may be only partly inside the reservation (left unmarked):
+    // look where the buffer ends.
+    let address = buffer.as_ptr() as usize + buffer.len() - 1;
+    let flags = vm_flags_of(address).expect("the buffer's mapping is in /proc/self/smaps");
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let on_request = read("/sys/kernel/mm/transparent_hugepage/enabled").contains("[madvise]")
+        && read("/proc/sys/vm/overcommit_memory").trim() != "2";
+    let marked = flags.split_whitespace().any(|f| f == "hg");
+    assert_eq!(
+        marked, on_request,
+        "buffer ending at {address:#x}: VmFlags `{flags}`, THP on request only: {on_request}"
+    );
+    // The buffer is heap memory (brk), not a mapping of its own: freed memory stays for reuse.
+    let start = buffer.as_ptr() as usize;
+    assert!(
+        heap_ranges()
+            .iter()
+            .any(|&(lo, hi)| lo <= start && start < hi)
+            && heap_ranges()
+                .iter()
+                .any(|&(lo, hi)| lo <= address && address < hi),
+        "buffer {start:#x}..={address:#x} outside the heap {:x?}",
+        heap_ranges()
+    );
+    println!("host_memory: ok (huge pages requested: {marked})");
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn main() {
+    assert!(!lmrl_models::retain_freed_memory());
+}
+
+/// The `VmFlags` line of the `/proc/self/smaps` entry holding `address`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn vm_flags_of(address: usize) -> Option<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((lo, hi)) = range_of(line) {
+            inside = lo <= address && address < hi;
+        } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+            return Some(flags.trim().to_string());
+        }
+    }
+    None
+}
+
+/// The address ranges of the `[heap]` mappings in `/proc/self/maps` (marking part of the
+/// heap splits it into several).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_ranges() -> Vec<(usize, usize)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    maps.lines()
+        .filter(|l| l.ends_with("[heap]"))
+        .filter_map(range_of)
+        .collect()
+}
+
+/// `lo-hi` at the start of a maps/smaps mapping line.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn range_of(line: &str) -> Option<(usize, usize)> {
+    let (range, _) = line.split_once(' ')?;
+    let (lo, hi) = range.split_once('-')?;
+    Some((
+        usize::from_str_radix(lo, 16).ok()?,
+        usize::from_str_radix(hi, 16).ok()?,
+    ))
+}
