@@ -24,15 +24,11 @@ fn main() {
     );
     // The buffer is heap memory (brk), not a mapping of its own: freed memory stays for reuse.
     let start = buffer.as_ptr() as usize;
+    let heap = heap_ranges();
+    let in_heap = |a: usize| heap.iter().any(|&(lo, hi)| lo <= a && a < hi);
     assert!(
-        heap_ranges()
-            .iter()
-            .any(|&(lo, hi)| lo <= start && start < hi)
-            && heap_ranges()
-                .iter()
-                .any(|&(lo, hi)| lo <= address && address < hi),
-        "buffer {start:#x}..={address:#x} outside the heap {:x?}",
-        heap_ranges()
+        in_heap(start) && in_heap(address),
+        "buffer {start:#x}..={address:#x} outside the heap {heap:x?}"
     );
     println!("host_memory: ok (huge pages requested: {marked})");
 }
