@@ -251,9 +251,13 @@ fn ppo_run_writes_every_output() {
         rows.iter()
             .all(|r| r.task_reward.is_finite() && r.kl.is_finite())
     );
-    assert_eq!(
-        rows[0].kl, 0.0,
-        "the first rollout is the reference policy itself"
+    // The first rollout is the reference policy itself. Its first minibatch is scored by the
+    // training forward (kept for that minibatch's loss), the reference by the no-grad one:
+    // the same function, whose kernels round differently for a handful of rows.
+    assert!(
+        rows[0].kl.abs() < 1e-5,
+        "the first rollout is the reference policy itself: KL {}",
+        rows[0].kl
     );
     let ck = out.join("checkpoints/iter-000003/policy");
     for f in [

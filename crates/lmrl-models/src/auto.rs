@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::gpt2::Gpt2LmHeadModel;
 use crate::llama::LlamaForCausalLm;
 use crate::lm::CausalLm;
+use crate::packing::Packing;
 use crate::pretrained::Pretrained;
 use crate::tensors::RawTensor;
 
@@ -60,6 +61,18 @@ impl CausalLm for AutoLm {
         match self {
             Self::Gpt2(m) => m.hidden_states(input_ids, position_ids, attention_mask, cache),
             Self::Llama(m) => m.hidden_states(input_ids, position_ids, attention_mask, cache),
+        }
+    }
+
+    fn packed_hidden_states(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        packing: &Packing,
+    ) -> Tensor<3> {
+        match self {
+            Self::Gpt2(m) => m.packed_hidden_states(input_ids, position_ids, packing),
+            Self::Llama(m) => m.packed_hidden_states(input_ids, position_ids, packing),
         }
     }
 

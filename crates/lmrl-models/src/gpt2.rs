@@ -15,6 +15,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::{self as model, apply_linear, raw};
 use crate::lm::CausalLm;
+use crate::packing::{Packing, packed, padded};
 use crate::pretrained::Pretrained;
 use crate::tensors::{RawTensor, TensorMap};
 
@@ -64,15 +65,18 @@ impl Gpt2Attention {
         bias: Tensor<4>,
         layer: usize,
         cache: Option<&mut KvCache>,
+        packing: Option<&Packing>,
     ) -> Tensor<3> {
         let [_, _, e] = x.dims();
-        let mut qkv = apply_linear(&self.c_attn, x).split(e, 2).into_iter();
+        // Packed rows take the padded layout for attention alone (crate::packing).
+        let qkv = padded(packing, apply_linear(&self.c_attn, x));
+        let mut qkv = qkv.split(e, 2).into_iter();
         let mut next = || split_heads(qkv.next().expect("c_attn gives q, k, v"), self.n_head);
         let (q, mut k, mut v) = (next(), next(), next());
         if let Some(c) = cache {
             (k, v) = c.append(layer, k, v);
         }
-        apply_linear(&self.c_proj, attend(q, k, v, bias))
+        apply_linear(&self.c_proj, packed(packing, attend(q, k, v, bias)))
     }
 }
 
@@ -85,9 +89,21 @@ impl Gpt2Block {
         layer: usize,
         cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
+        self.run(x, bias, layer, cache, None)
+    }
+
+    /// [`Gpt2Block::forward`], on packed rows when `packing` is given.
+    fn run(
+        &self,
+        x: Tensor<3>,
+        bias: Tensor<4>,
+        layer: usize,
+        cache: Option<&mut KvCache>,
+        packing: Option<&Packing>,
+    ) -> Tensor<3> {
         let a = self
             .attn
-            .forward(self.ln_1.forward(x.clone()), bias, layer, cache);
+            .forward(self.ln_1.forward(x.clone()), bias, layer, cache, packing);
         let x = x + a;
         let m = apply_linear(&self.mlp.c_fc, self.ln_2.forward(x.clone()));
         x + apply_linear(&self.mlp.c_proj, self.mlp.act.apply(m))
@@ -234,6 +250,20 @@ impl CausalLm for Gpt2LmHeadModel {
         let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
         for (i, block) in self.h.iter().enumerate() {
             x = block.forward(x, bias.clone(), i, cache.as_deref_mut());
+        }
+        self.ln_f.forward(x)
+    }
+
+    fn packed_hidden_states(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        packing: &Packing,
+    ) -> Tensor<3> {
+        let bias = attention_bias(packing.attention_mask(), 0, packing.seq_len());
+        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
+        for (i, block) in self.h.iter().enumerate() {
+            x = block.run(x, bias.clone(), i, None, Some(packing));
         }
         self.ln_f.forward(x)
     }

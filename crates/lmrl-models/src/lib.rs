@@ -32,6 +32,7 @@ mod lm;
 mod loader;
 mod log_softmax;
 mod lora;
+mod packing;
 mod pretrained;
 mod sampling;
 mod scoring;
@@ -56,14 +57,15 @@ pub use loader::{
 };
 pub use log_softmax::{entropy_rows, kl_rows, log_softmax};
 pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
+pub use packing::Packing;
 pub use pretrained::Pretrained;
 pub use sampling::{
     Choice, GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, apply_temperature,
     presence_mask, process_logits, row_seed, suppress_early_eos, top_k_filter, top_p_filter,
 };
 pub use scoring::{
-    QueryResponseBatch, RefScored, Scored, response_hidden_states, response_logprobs,
-    response_values, score, score_reference,
+    QueryResponseBatch, RefScored, Scored, response_hidden_and_values, response_hidden_states,
+    response_logprobs, response_token_logprobs, response_values, score, score_reference,
 };
 pub use tensors::{RawTensor, TensorMap};
 pub use tokenizer::{GPT2_EOS, LmTokenizer};

@@ -16,6 +16,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::{self as model, apply_linear, raw, raw_torch_linear};
 use crate::lm::CausalLm;
+use crate::packing::{Packing, packed, padded};
 use crate::pretrained::Pretrained;
 use crate::tensors::{RawTensor, TensorMap};
 
@@ -106,20 +107,25 @@ impl LlamaAttention {
         bias: Tensor<4>,
         layer: usize,
         cache: Option<&mut KvCache>,
+        packing: Option<&Packing>,
     ) -> Tensor<3> {
+        // Packed rows take the padded layout for attention alone (crate::packing).
         let q = rope.apply(split_heads(
-            apply_linear(&self.q_proj, x.clone()),
+            padded(packing, apply_linear(&self.q_proj, x.clone())),
             self.num_heads,
         ));
         let mut k = rope.apply(split_heads(
-            apply_linear(&self.k_proj, x.clone()),
+            padded(packing, apply_linear(&self.k_proj, x.clone())),
             self.num_kv_heads,
         ));
-        let mut v = split_heads(apply_linear(&self.v_proj, x), self.num_kv_heads);
+        let mut v = split_heads(
+            padded(packing, apply_linear(&self.v_proj, x)),
+            self.num_kv_heads,
+        );
         if let Some(c) = cache {
             (k, v) = c.append(layer, k, v);
         }
-        apply_linear(&self.o_proj, attend(q, k, v, bias))
+        apply_linear(&self.o_proj, packed(packing, attend(q, k, v, bias)))
     }
 }
 
@@ -138,9 +144,10 @@ impl LlamaDecoderLayer {
         bias: Tensor<4>,
         layer: usize,
         cache: Option<&mut KvCache>,
+        packing: Option<&Packing>,
     ) -> Tensor<3> {
         let h = self.input_layernorm.forward(x.clone());
-        let x = x + self.self_attn.forward(h, rope, bias, layer, cache);
+        let x = x + self.self_attn.forward(h, rope, bias, layer, cache, packing);
         let h = self.post_attention_layernorm.forward(x.clone());
         x + self.mlp.forward(h)
     }
@@ -310,7 +317,26 @@ impl CausalLm for LlamaForCausalLm {
         let rope = Rope::new(position_ids, self.config.head_dim(), self.config.rope_theta);
         let mut x = self.model.embed_tokens.forward(input_ids);
         for (i, layer) in self.model.layers.iter().enumerate() {
-            x = layer.forward(x, &rope, bias.clone(), i, cache.as_deref_mut());
+            x = layer.forward(x, &rope, bias.clone(), i, cache.as_deref_mut(), None);
+        }
+        self.model.norm.forward(x)
+    }
+
+    fn packed_hidden_states(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        packing: &Packing,
+    ) -> Tensor<3> {
+        let bias = attention_bias(packing.attention_mask(), 0, packing.seq_len());
+        let rope = Rope::new(
+            packing.pad_ints(position_ids),
+            self.config.head_dim(),
+            self.config.rope_theta,
+        );
+        let mut x = self.model.embed_tokens.forward(input_ids);
+        for (i, layer) in self.model.layers.iter().enumerate() {
+            x = layer.forward(x, &rope, bias.clone(), i, None, Some(packing));
         }
         self.model.norm.forward(x)
     }

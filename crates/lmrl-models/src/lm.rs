@@ -6,6 +6,7 @@ use burn::tensor::{Device, Int, Tensor};
 
 use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
+use crate::packing::Packing;
 
 /// What one full forward pass returns.
 #[derive(Debug, Clone)]
@@ -44,6 +45,25 @@ pub trait CausalLm: Module + ModuleDisplay + Sync + 'static {
         attention_mask: Tensor<2, Int>,
         cache: Option<&mut KvCache>,
     ) -> Tensor<3>;
+
+    /// [`CausalLm::hidden_states`] of a right-padded batch without a cache, computed on its
+    /// real tokens only: `input_ids` and `position_ids` `[1, N]` packed as `packing` lays them
+    /// out, hidden states `[1, N, H]`. The default runs the padded forward and packs its
+    /// output; GPT-2 and Llama run their position-wise layers on the `N` rows alone.
+    fn packed_hidden_states(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        packing: &Packing,
+    ) -> Tensor<3> {
+        let hidden = self.hidden_states(
+            packing.pad_ints(input_ids),
+            packing.pad_ints(position_ids),
+            packing.attention_mask(),
+            None,
+        );
+        packing.pack(hidden)
+    }
 
     /// Next-token logits `[N, V]` of hidden states `[N, H]`.
     fn lm_head(&self, hidden: Tensor<2>) -> Tensor<2>;

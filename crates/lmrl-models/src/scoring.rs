@@ -7,15 +7,17 @@
 //! Here the same quantities come out already aligned to the response: entry `t` of row `b`
 //! is read at sequence position `len(q_b) + t - 1`, the hidden state that predicts `y_b[t]`.
 //! The gather is [`response_logprobs`], which is differentiable, so the PPO loss can call it on
-//! an autodiff forward pass.
+//! an autodiff forward pass. The forward itself leaves the padding out ([`Packing`]): every
+//! layer but attention runs on the real tokens only.
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
 use crate::generation::left_pad;
-use crate::lm::{CausalLm, arange_positions};
+use crate::lm::CausalLm;
 use crate::log_softmax::log_softmax;
+use crate::packing::Packing;
 use crate::value_head::LmWithValueHead;
 
 /// A batch of `[q; y]` sequences, right-padded, with what is needed to find the response tokens.
@@ -148,6 +150,47 @@ impl QueryResponseBatch {
         idx
     }
 
+    /// The packing of the batch's `[q; y]` rows ([`Packing`]): the forward passes of scoring and
+    /// training run on the real tokens only.
+    pub fn packing(&self, device: &Device) -> Packing {
+        let lengths: Vec<usize> = self
+            .query_lens
+            .iter()
+            .zip(&self.response_lens)
+            .map(|(q, y)| q + y)
+            .collect();
+        Packing::new(&lengths, self.seq_len, device)
+    }
+
+    /// `[1, N]` ids and positions of the packed `[q; y]` rows.
+    fn packed_inputs(&self, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
+        let mut ids = Vec::new();
+        let mut pos = Vec::new();
+        for (q, y) in self.queries.iter().zip(&self.responses) {
+            for (i, &t) in q.iter().chain(y).enumerate() {
+                ids.push(i64::from(t));
+                pos.push(i as i64);
+            }
+        }
+        let n = ids.len();
+        let make = |v| Tensor::<2, Int>::from_data(TensorData::new(v, [1, n]), device);
+        (make(ids), make(pos))
+    }
+
+    /// `[B·T]` packed rows (see [`Packing`]) of the positions that predict the response tokens,
+    /// as [`QueryResponseBatch::flat_positions`] does for the padded layout.
+    fn packed_positions(&self, packing: &Packing) -> Vec<i64> {
+        let t_max = self.max_response_len();
+        let mut idx = Vec::with_capacity(self.batch_size() * t_max);
+        for (b, (&q, &r)) in self.query_lens.iter().zip(&self.response_lens).enumerate() {
+            for t in 0..t_max {
+                let p = if t < r { q + t - 1 } else { q - 1 };
+                idx.push(packing.row(b, p) as i64);
+            }
+        }
+        idx
+    }
+
     /// `[B·T, 1]` response ids for a gather from `[B·T, V]` rows (row `b·T + t` holds
     /// `y_b[t]`), 0 on padding entries.
     pub fn response_id_column(&self, device: &Device) -> Tensor<2, Int> {
@@ -213,8 +256,17 @@ pub fn response_logprobs<M: CausalLm>(
     hidden: Tensor<3>,
     batch: &QueryResponseBatch,
 ) -> (Tensor<2>, Tensor<3>) {
-    let device = hidden.device();
-    let selected = at_responses(hidden, batch); // [B, T, H]
+    response_token_logprobs(model, at_responses(hidden, batch), batch)
+}
+
+/// [`response_logprobs`] of hidden states already read at the response positions (`[B, T, H]`,
+/// as [`response_hidden_states`] gives them).
+pub fn response_token_logprobs<M: CausalLm>(
+    model: &M,
+    selected: Tensor<3>,
+    batch: &QueryResponseBatch,
+) -> (Tensor<2>, Tensor<3>) {
+    let device = selected.device();
     let [b, t, h] = selected.dims();
     let ls = log_softmax(model.lm_head(selected.reshape([b * t, h]))); // [B·T, V]
     let v = ls.dims()[1];
@@ -293,17 +345,41 @@ pub(crate) fn distinct_rows(rows: &[Vec<u32>]) -> (Vec<Vec<u32>>, Vec<i64>) {
     (distinct, of_row)
 }
 
-/// The right-padded `[q; y]` forward (TRL `batched_forward_pass`), read at the response
-/// positions: `[B, T, H]`.
+/// The right-padded `[q; y]` forward (TRL `batched_forward_pass`), computed on the real tokens
+/// only ([`Packing`]) and read at the response positions: `[B, T, H]`.
 fn full_forward_at_responses<M: CausalLm>(
     model: &M,
     batch: &QueryResponseBatch,
     device: &Device,
 ) -> Tensor<3> {
-    let ids = batch.input_ids.clone().to_device(device);
-    let mask = batch.attention_mask.clone().to_device(device);
-    let positions = arange_positions(&ids);
-    at_responses(model.hidden_states(ids, positions, mask, None), batch)
+    let packing = batch.packing(device);
+    let (ids, positions) = batch.packed_inputs(device);
+    let hidden = model.packed_hidden_states(ids, positions, &packing);
+    let [_, n, h] = hidden.dims();
+    let t = batch.max_response_len();
+    let rows = Tensor::<1, Int>::from_data(
+        TensorData::new(batch.packed_positions(&packing), [batch.batch_size() * t]),
+        device,
+    );
+    hidden
+        .reshape([n, h])
+        .select(0, rows)
+        .reshape([batch.batch_size(), t, h])
+}
+
+/// The value-head model's hidden states `[B, T, H]` and values `[B, T]` (0 on padding) at the
+/// positions that predict the response tokens, on `device` (autodiff or not, as the caller
+/// needs): TRL `batched_forward_pass`'s hidden states and `values[:, :-1]` there, with every
+/// distinct query run once ([`response_hidden_states`]) and the value head applied only where
+/// it is read.
+pub fn response_hidden_and_values<M: CausalLm>(
+    model: &LmWithValueHead<M>,
+    batch: &QueryResponseBatch,
+    device: &Device,
+) -> (Tensor<3>, Tensor<2>) {
+    let hidden = response_hidden_states(&model.lm, batch, device);
+    let values = model.v_head.forward(hidden.clone()) * batch.response_mask(device);
+    (hidden, values)
 }
 
 /// The rows of right-padded `[B, S, H]` hidden states that predict the response tokens,
@@ -333,26 +409,18 @@ pub fn response_values(values: Tensor<2>, batch: &QueryResponseBatch) -> Tensor<
     values.reshape([b * s]).select(0, positions).reshape([b, t]) * batch.response_mask(&device)
 }
 
-/// The batch's ids and mask moved to `device` (without autodiff) for a no-grad pass.
-fn inputs_on(batch: &QueryResponseBatch, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    (
-        batch.input_ids.clone().to_device(device),
-        batch.attention_mask.clone().to_device(device),
-    )
-}
-
 /// TRL `batched_forward_pass` for the policy: one no-grad forward of the value-head model over
-/// the right-padded `[q; y]` batch (positions = arange), read at the response positions.
+/// the `[q; y]` batch (positions = arange; its padding left out, [`Packing`]), read at the
+/// response positions.
 pub fn score<M: CausalLm>(model: &LmWithValueHead<M>, batch: &QueryResponseBatch) -> Scored {
     let device = batch.input_ids.device().without_autodiff();
     let model = model.valid();
-    let (ids, mask) = inputs_on(batch, &device);
-    let (hidden, values) = model.hidden_and_values(ids, mask);
-    let (logprobs, log_softmax) = response_logprobs(&model.lm, hidden, batch);
+    let (hidden, values) = response_hidden_and_values(&model, batch, &device);
+    let (logprobs, log_softmax) = response_token_logprobs(&model.lm, hidden, batch);
     Scored {
         logprobs,
         log_softmax,
-        values: response_values(values, batch),
+        values,
         mask: batch.response_mask(&device),
     }
 }
@@ -361,10 +429,8 @@ pub fn score<M: CausalLm>(model: &LmWithValueHead<M>, batch: &QueryResponseBatch
 pub fn score_reference<M: CausalLm>(model: &M, batch: &QueryResponseBatch) -> RefScored {
     let device = batch.input_ids.device().without_autodiff();
     let model = model.valid();
-    let (ids, mask) = inputs_on(batch, &device);
-    let positions = arange_positions(&ids);
-    let hidden = model.hidden_states(ids, positions, mask, None);
-    let (logprobs, log_softmax) = response_logprobs(&model, hidden, batch);
+    let hidden = response_hidden_states(&model, batch, &device);
+    let (logprobs, log_softmax) = response_token_logprobs(&model, hidden, batch);
     RefScored {
         logprobs,
         log_softmax,

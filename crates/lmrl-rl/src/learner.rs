@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use lmrl_models::{CausalLm, Generation, GenerationConfig, ValueHead};
+use burn::tensor::Device;
+use lmrl_models::{CausalLm, Generation, GenerationConfig, ValueHead, generate};
 use serde::Serialize;
 
 use crate::dist::Collective;
@@ -96,6 +97,18 @@ pub trait Learner<M: CausalLm>: Send {
     /// Samples responses from the current policy (no gradient, KV cache).
     fn generate(&self, prompts: &[Vec<u32>], config: &GenerationConfig) -> Result<Generation>;
 
+    /// [`Learner::generate`] on each `(prompts, config)` chunk, in order. PPO and the group
+    /// learners run the chunks concurrently, one thread each: a decoding step alternates
+    /// memory-bound products with short single-threaded work (sampling, the cache), and a
+    /// second chunk fills the gaps. Each chunk's sampling and arithmetic are its own, so the
+    /// result is the sequential one exactly.
+    fn generate_chunks(
+        &self,
+        chunks: &[(&[Vec<u32>], GenerationConfig)],
+    ) -> Result<Vec<Generation>> {
+        chunks.iter().map(|(p, c)| self.generate(p, c)).collect()
+    }
+
     /// One optimisation step on scored samples: `queries[i]` answered by `responses[i]` got
     /// `scores[i]`; the KL penalty is measured against `reference`.
     fn step(
@@ -167,6 +180,12 @@ impl<M: CausalLm, L: Learner<M> + ?Sized> Learner<M> for Box<L> {
     fn generate(&self, prompts: &[Vec<u32>], config: &GenerationConfig) -> Result<Generation> {
         (**self).generate(prompts, config)
     }
+    fn generate_chunks(
+        &self,
+        chunks: &[(&[Vec<u32>], GenerationConfig)],
+    ) -> Result<Vec<Generation>> {
+        (**self).generate_chunks(chunks)
+    }
     fn step(
         &mut self,
         queries: &[Vec<u32>],
@@ -213,6 +232,12 @@ impl<M: CausalLm> Learner<M> for PpoAgent<M> {
     }
     fn generate(&self, prompts: &[Vec<u32>], config: &GenerationConfig) -> Result<Generation> {
         PpoAgent::generate(self, prompts, config)
+    }
+    fn generate_chunks(
+        &self,
+        chunks: &[(&[Vec<u32>], GenerationConfig)],
+    ) -> Result<Vec<Generation>> {
+        generate_concurrently(&self.model().lm, chunks, self.device())
     }
     fn step(
         &mut self,
@@ -266,6 +291,12 @@ impl<M: CausalLm> Learner<M> for GroupAgent<M> {
     fn generate(&self, prompts: &[Vec<u32>], config: &GenerationConfig) -> Result<Generation> {
         GroupAgent::generate(self, prompts, config)
     }
+    fn generate_chunks(
+        &self,
+        chunks: &[(&[Vec<u32>], GenerationConfig)],
+    ) -> Result<Vec<Generation>> {
+        generate_concurrently(self.model(), chunks, self.device())
+    }
     fn step(
         &mut self,
         queries: &[Vec<u32>],
@@ -303,4 +334,26 @@ impl<M: CausalLm> Learner<M> for GroupAgent<M> {
     fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<()> {
         GroupAgent::set_collective(self, collective)
     }
+}
+
+/// [`lmrl_models::generate`] of `model` on each chunk, each on a thread of its own; results in
+/// chunk order.
+fn generate_concurrently<M: CausalLm>(
+    model: &M,
+    chunks: &[(&[Vec<u32>], GenerationConfig)],
+    device: &Device,
+) -> Result<Vec<Generation>> {
+    std::thread::scope(|s| {
+        let running: Vec<_> = chunks
+            .iter()
+            .map(|(prompts, config)| s.spawn(move || generate(model, prompts, config, device)))
+            .collect();
+        running
+            .into_iter()
+            .map(|t| match t.join() {
+                Ok(g) => Ok(g?),
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
 }

@@ -323,3 +323,40 @@ fn ppo_raises_a_simple_reward() {
         "rewarded fraction {first:.3} → {last:.3}: {fractions:?}"
     );
 }
+
+/// The first minibatch trains on the weights the rollout scored, so the step takes its loss
+/// from the rollout's own forward: with one minibatch per step, the step's loss statistics are
+/// those of the loss evaluated separately on the same weights, and the ratio π/π_old is 1.
+#[test]
+fn the_first_minibatch_loss_is_the_loss_on_the_rollout_weights() {
+    let (policy, reference, ad) = models();
+    let (q, y, s) = batch();
+    let before = PpoAgent::new(policy, cfg(), &ad).unwrap();
+    let expected = before
+        .evaluate_loss(&q, &y, &s, &reference, before.kl_coef(), None)
+        .unwrap();
+    let mut agent = before.clone();
+    let got = agent.step(&q, &y, &s, &reference).unwrap().train;
+    assert_eq!(got.policy_ratio_mean, 1.0);
+    assert_eq!(got.policy_approxkl, 0.0);
+    for (what, a, b) in [
+        ("loss_total", got.loss_total, expected.loss_total),
+        ("loss_policy", got.loss_policy, expected.loss_policy),
+        ("loss_value", got.loss_value, expected.loss_value),
+        (
+            "policy_entropy",
+            got.policy_entropy,
+            expected.policy_entropy,
+        ),
+        ("val_vpred", got.val_vpred, expected.val_vpred),
+    ] {
+        assert!(
+            (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+            "{what}: {a} vs {b}"
+        );
+    }
+    assert!(
+        snapshot(agent.model()) != snapshot(before.model()),
+        "the step updated the weights"
+    );
+}

@@ -719,17 +719,31 @@ fn generate_rows(
     };
     let mut out = Vec::with_capacity(prompts.len());
     let size = chunk_size.max(1);
-    for (k, chunk) in prompts.chunks(size).enumerate() {
-        let cfg = GenerationConfig {
-            first_row: base.first_row + (k * size) as u64,
-            ..base.clone()
-        };
-        out.extend(learner.generate(chunk, &cfg)?.tokens);
-        bar.inc(chunk.len() as u64);
+    let chunks: Vec<(&[Vec<u32>], GenerationConfig)> = prompts
+        .chunks(size)
+        .enumerate()
+        .map(|(k, chunk)| {
+            let cfg = GenerationConfig {
+                first_row: base.first_row + (k * size) as u64,
+                ..base.clone()
+            };
+            (chunk, cfg)
+        })
+        .collect();
+    for group in chunks.chunks(CONCURRENT_CHUNKS) {
+        for g in learner.generate_chunks(group)? {
+            bar.inc(g.tokens.len() as u64);
+            out.extend(g.tokens);
+        }
     }
     bar.finish_and_clear();
     Ok(out)
 }
+
+/// Generation chunks handed to the learner at once ([`Learner::generate_chunks`] runs them
+/// concurrently): two overlap one chunk's single-threaded steps with the other's products on
+/// two cores; more would only hold more KV caches at once.
+const CONCURRENT_CHUNKS: usize = 2;
 
 fn progress_bar(len: usize, what: String) -> ProgressBar {
     let b = ProgressBar::new(len as u64);

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use burn::module::{Flag, Module, ModuleMapper, Param};
 
 use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use lmrl_models::{
     AutoLm, CausalLm, Generation, GenerationConfig, LmWithValueHead, Pretrained,
-    QueryResponseBatch, ValueHeadInit, generate, response_logprobs, response_values, score,
-    score_reference,
+    QueryResponseBatch, Scored, ValueHeadInit, generate, response_hidden_and_values,
+    response_token_logprobs, score, score_reference,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -332,6 +332,22 @@ impl<M: CausalLm> PpoAgent<M> {
         responses: &[Vec<u32>],
         reference: &M,
     ) -> Result<Rollout> {
+        Ok(self.rollout_keeping(queries, responses, reference, &[])?.0)
+    }
+
+    /// [`PpoAgent::rollout`], with the samples `keep` (if any) scored by the training forward
+    /// itself, whose graph is returned for their minibatch's loss: in the first minibatch of a
+    /// step the weights are still those of the rollout, so TRL's second forward of those
+    /// samples would compute the same numbers again. The other samples go through in forward
+    /// batches, in order. A sample's scores do not depend on the batch it is scored in, up to
+    /// float rounding (padding is left out of the forward and masked in attention).
+    fn rollout_keeping(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        reference: &M,
+        keep: &[usize],
+    ) -> Result<(Rollout, Option<MinibatchForward>)> {
         if queries.len() != responses.len() {
             return Err(RlError::Shape {
                 what: "responses".into(),
@@ -350,43 +366,81 @@ impl<M: CausalLm> PpoAgent<M> {
         let device = self.plain_device();
         let t_max = responses.iter().map(Vec::len).max().unwrap_or(0);
         let fbs = self.config.forward_batch_size();
-        let needs_full = self.config.kl_penalty.needs_full_distribution();
-        let (mut lp, mut rlp, mut val, mut kls) = (vec![], vec![], vec![], vec![]);
-        for start in (0..queries.len()).step_by(fbs) {
-            let end = (start + fbs).min(queries.len());
-            let batch = QueryResponseBatch::new(
-                &queries[start..end],
-                &responses[start..end],
-                self.pad_id,
-                &device,
-            )?;
-            let s = score(&self.model, &batch);
-            let r = score_reference(reference, &batch);
-            let policy = TokenLogProbs {
-                gathered: s.logprobs,
-                full: needs_full.then_some(s.log_softmax),
+        let rest: Vec<usize> = (0..queries.len()).filter(|i| !keep.contains(i)).collect();
+        let mut parts = Vec::new();
+        let mut kept = None;
+        if !keep.is_empty() {
+            let fwd = self.forward_minibatch(queries, responses, keep)?;
+            let policy = Scored {
+                logprobs: fwd.logprobs.clone().inner(),
+                log_softmax: fwd.log_softmax.clone().inner(),
+                values: fwd.vpreds.clone().inner(),
+                mask: fwd.batch.response_mask(&device),
             };
-            let refp = TokenLogProbs {
-                gathered: r.logprobs,
-                full: needs_full.then_some(r.log_softmax),
-            };
-            let kl = kl_penalty(self.config.kl_penalty, &policy, &refp)?;
-            lp.push(pad_cols(policy.gathered, t_max));
-            rlp.push(pad_cols(refp.gathered, t_max));
-            val.push(pad_cols(s.values, t_max));
-            kls.push(pad_cols(kl, t_max));
+            parts.push(self.rollout_part(policy, &fwd.batch, reference, t_max)?);
+            kept = Some(fwd);
         }
+        for chunk in rest.chunks(fbs) {
+            let pick =
+                |v: &[Vec<u32>]| -> Vec<Vec<u32>> { chunk.iter().map(|&i| v[i].clone()).collect() };
+            let batch =
+                QueryResponseBatch::new(&pick(queries), &pick(responses), self.pad_id, &device)?;
+            let policy = score(&self.model, &batch);
+            parts.push(self.rollout_part(policy, &batch, reference, t_max)?);
+        }
+        let cat = |f: fn(&RolloutPart) -> Tensor<2>| -> Tensor<2> {
+            let rows = Tensor::cat(parts.iter().map(f).collect(), 0);
+            if keep.is_empty() {
+                return rows;
+            }
+            // Back to sample order: row `p` of `rows` is sample `order[p]`.
+            let order: Vec<usize> = keep.iter().chain(&rest).copied().collect();
+            let mut at = vec![0i64; order.len()];
+            for (p, &i) in order.iter().enumerate() {
+                at[i] = p as i64;
+            }
+            let at = Tensor::<1, Int>::from_data(TensorData::new(at, [order.len()]), &device);
+            rows.select(0, at)
+        };
         let lengths: Vec<usize> = responses.iter().map(Vec::len).collect();
         let rollout = Rollout {
-            logprobs: Tensor::cat(lp, 0),
-            ref_logprobs: Tensor::cat(rlp, 0),
-            values: Tensor::cat(val, 0),
-            kls: Tensor::cat(kls, 0),
+            logprobs: cat(|p| p.logprobs.clone()),
+            ref_logprobs: cat(|p| p.ref_logprobs.clone()),
+            values: cat(|p| p.values.clone()),
+            kls: cat(|p| p.kls.clone()),
             mask: ResponseMask::from_lengths(&lengths, t_max, &device)?,
         };
         crate::util::check_finite("logprobs", &rollout.logprobs)?;
         crate::util::check_finite("ref_logprobs", &rollout.ref_logprobs)?;
-        Ok(rollout)
+        Ok((rollout, kept))
+    }
+
+    /// One forward batch of the rollout: the policy's scores, the reference's on the same
+    /// batch, the KL penalty per token, each padded to `t_max` columns.
+    fn rollout_part(
+        &self,
+        policy: Scored,
+        batch: &QueryResponseBatch,
+        reference: &M,
+        t_max: usize,
+    ) -> Result<RolloutPart> {
+        let needs_full = self.config.kl_penalty.needs_full_distribution();
+        let r = score_reference(reference, batch);
+        let p = TokenLogProbs {
+            gathered: policy.logprobs,
+            full: needs_full.then_some(policy.log_softmax),
+        };
+        let refp = TokenLogProbs {
+            gathered: r.logprobs,
+            full: needs_full.then_some(r.log_softmax),
+        };
+        let kl = kl_penalty(self.config.kl_penalty, &p, &refp)?;
+        Ok(RolloutPart {
+            logprobs: pad_cols(p.gathered, t_max),
+            ref_logprobs: pad_cols(refp.gathered, t_max),
+            values: pad_cols(policy.values, t_max),
+            kls: pad_cols(kl, t_max),
+        })
     }
 
     /// Σ_t KL_t of each response under this policy vs `reference` on the given contexts (no
@@ -449,23 +503,41 @@ impl<M: CausalLm> PpoAgent<M> {
         )?;
         let scores = &all_scores[local.clone()];
 
-        // Under torch.no_grad() in TRL.
-        let rollout = self.rollout(queries, responses, reference)?;
-        let beta = self.kl_ctl.value();
-        let targets = self.targets(&rollout, scores, beta)?;
-
-        let mut train = TrainStats::default();
         let mut inds: Vec<usize> = (0..bs).collect();
         // The minibatch order of this step: a generator derived from (seed, steps since
         // seeding), so that a restored agent draws the same permutations.
         let mut rng = StdRng::seed_from_u64(mix_seed(&[self.config.seed, self.rng_steps as u64]));
+        inds.shuffle(&mut rng);
         // Every rank sees the global scores, so all of them take the same decision.
         let update =
             !(self.config.skip_equal_scores && raw_scores.iter().all(|&s| s == raw_scores[0]));
-        for _epoch in 0..self.config.ppo_epochs {
-            inds.shuffle(&mut rng);
+        // The first minibatch trains on the rollout's weights: its rollout forward is the
+        // training forward, kept for its loss (one process only: a rank holds a share of it).
+        let first = &inds[..self.config.mini_batch_size.min(bs)];
+        let keep = if update && self.config.ppo_epochs > 0 && !self.parallel() {
+            first
+        } else {
+            &[]
+        };
+
+        // Under torch.no_grad() in TRL.
+        let (rollout, mut kept) = self.rollout_keeping(queries, responses, reference, keep)?;
+        let beta = self.kl_ctl.value();
+        let targets = self.targets(&rollout, scores, beta)?;
+
+        let mut train = TrainStats::default();
+        for epoch in 0..self.config.ppo_epochs {
+            if epoch > 0 {
+                inds.shuffle(&mut rng);
+            }
             for bb in inds.chunks(self.config.backward_batch_size()) {
-                self.train_backward_batch(queries, responses, &targets, bb, &mut train, update)?;
+                let batch = TrainBatch {
+                    queries,
+                    responses,
+                    targets: &targets,
+                    samples: bb,
+                };
+                self.train_backward_batch(batch, &mut kept, &mut train, update)?;
             }
             if !update {
                 break;
@@ -561,15 +633,20 @@ impl<M: CausalLm> PpoAgent<M> {
     /// on its own samples of every minibatch and the gradients are summed over the ranks before
     /// the clipping. Without `update` the minibatches are only measured (their forward and
     /// statistics, no backward).
+    /// `kept` is the training forward the rollout kept, taken by the minibatch it belongs to.
     fn train_backward_batch(
         &mut self,
-        queries: &[Vec<u32>],
-        responses: &[Vec<u32>],
-        targets: &Targets,
-        bb: &[usize],
+        batch: TrainBatch<'_>,
+        kept: &mut Option<MinibatchForward>,
         train: &mut TrainStats,
         update: bool,
     ) -> Result<()> {
+        let TrainBatch {
+            queries,
+            responses,
+            targets,
+            samples: bb,
+        } = batch;
         let mut accum = GradientsAccumulator::<LmWithValueHead<M>>::new();
         if self.parallel() {
             // Every rank goes through the same minibatches, holding some of their samples (or
@@ -588,7 +665,8 @@ impl<M: CausalLm> PpoAgent<M> {
             }
         } else {
             for mb in bb.chunks(self.config.mini_batch_size) {
-                let loss = self.train_minibatch(queries, responses, targets, mb, train)?;
+                let reuse = kept.take_if(|f| f.samples == mb);
+                let loss = self.train_minibatch(queries, responses, targets, mb, train, reuse)?;
                 if update {
                     accum.accumulate(&self.model, self.gradients(loss));
                 }
@@ -613,8 +691,9 @@ impl<M: CausalLm> PpoAgent<M> {
     }
 
     /// TRL `train_minibatch` up to the backward: the training forward of the samples `mb`
-    /// (dropout off, logits only at the response tokens), TRL's `loss` with its statistics
-    /// recorded, returned ÷ `gradient_accumulation_steps` (what accelerate's `backward` sees).
+    /// (dropout off, logits only at the response tokens; `kept` when the rollout already ran
+    /// it), TRL's `loss` with its statistics recorded, returned ÷ `gradient_accumulation_steps`
+    /// (what accelerate's `backward` sees).
     fn train_minibatch(
         &self,
         queries: &[Vec<u32>],
@@ -622,18 +701,14 @@ impl<M: CausalLm> PpoAgent<M> {
         targets: &Targets,
         mb: &[usize],
         train: &mut TrainStats,
+        kept: Option<MinibatchForward>,
     ) -> Result<Tensor<1>> {
-        let q: Vec<Vec<u32>> = mb.iter().map(|&i| queries[i].clone()).collect();
-        let y: Vec<Vec<u32>> = mb.iter().map(|&i| responses[i].clone()).collect();
-        let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
-        let t_mb = batch.max_response_len();
-        let (hidden, values) = self
-            .model
-            .hidden_and_values(batch.input_ids.clone(), batch.attention_mask.clone());
-        let (logprobs, log_softmax) = response_logprobs(&self.model.lm, hidden, &batch);
-        let vpreds = response_values(values, &batch);
-        let lens: Vec<usize> = y.iter().map(Vec::len).collect();
-        let mask = ResponseMask::from_lengths(&lens, t_mb, &self.device)?;
+        let fwd = match kept {
+            Some(f) => f,
+            None => self.forward_minibatch(queries, responses, mb)?,
+        };
+        let t_mb = fwd.batch.max_response_len();
+        let mask = ResponseMask::from_lengths(&fwd.batch.response_lens, t_mb, &self.device)?;
         let sel = |h: &[f32]| {
             host_tensor(
                 select_rows(h, targets.t_max, mb, t_mb),
@@ -650,9 +725,9 @@ impl<M: CausalLm> PpoAgent<M> {
             LossInputs {
                 old_logprobs: sel(&targets.old_logprobs),
                 values: sel(&targets.old_values),
-                logits: log_softmax,
-                vpreds,
-                logprobs,
+                logits: fwd.log_softmax,
+                vpreds: fwd.vpreds,
+                logprobs: fwd.logprobs,
                 advantages: sel(&targets.advantages),
                 returns: sel(&targets.returns),
             },
@@ -669,6 +744,28 @@ impl<M: CausalLm> PpoAgent<M> {
             out.loss.div_scalar(gas as f32)
         } else {
             out.loss
+        })
+    }
+
+    /// The training forward of the samples `mb` (dropout off, with gradients): their `[q; y]`
+    /// batch through the policy, log-probabilities and values read at the response tokens.
+    fn forward_minibatch(
+        &self,
+        queries: &[Vec<u32>],
+        responses: &[Vec<u32>],
+        mb: &[usize],
+    ) -> Result<MinibatchForward> {
+        let q: Vec<Vec<u32>> = mb.iter().map(|&i| queries[i].clone()).collect();
+        let y: Vec<Vec<u32>> = mb.iter().map(|&i| responses[i].clone()).collect();
+        let batch = QueryResponseBatch::new(&q, &y, self.pad_id, &self.device)?;
+        let (hidden, vpreds) = response_hidden_and_values(&self.model, &batch, &self.device);
+        let (logprobs, log_softmax) = response_token_logprobs(&self.model.lm, hidden, &batch);
+        Ok(MinibatchForward {
+            samples: mb.to_vec(),
+            batch,
+            logprobs,
+            log_softmax,
+            vpreds,
         })
     }
 
@@ -691,9 +788,9 @@ impl<M: CausalLm> PpoAgent<M> {
             train.loss.push(&stats);
             return Ok(None);
         }
-        Ok(Some(
-            self.train_minibatch(queries, responses, targets, mb, train)?,
-        ))
+        Ok(Some(self.train_minibatch(
+            queries, responses, targets, mb, train, None,
+        )?))
     }
 
     /// The data-parallel side of one minibatch's loss (identity in one process): this rank's
@@ -864,10 +961,8 @@ impl<M: CausalLm> PpoAgent<M> {
         )?;
         let batch = QueryResponseBatch::new(queries, responses, self.pad_id, &plain)?;
         let model = self.model.valid();
-        let (hidden, values) =
-            model.hidden_and_values(batch.input_ids.clone(), batch.attention_mask.clone());
-        let (logprobs, log_softmax) = response_logprobs(&model.lm, hidden, &batch);
-        let vpreds = response_values(values, &batch);
+        let (hidden, vpreds) = response_hidden_and_values(&model, &batch, &plain);
+        let (logprobs, log_softmax) = response_token_logprobs(&model.lm, hidden, &batch);
         let out = ppo_loss(
             LossInputs {
                 old_logprobs: rollout.logprobs,
@@ -894,6 +989,35 @@ struct Targets {
     advantages: Vec<f32>,
     returns: Vec<f32>,
     non_score_rewards: Tensor<2>,
+}
+
+/// The samples of one backward batch and what their losses need.
+struct TrainBatch<'a> {
+    queries: &'a [Vec<u32>],
+    responses: &'a [Vec<u32>],
+    targets: &'a Targets,
+    samples: &'a [usize],
+}
+
+/// One forward batch of the rollout, each `[b, T]` padded to the batch's longest response.
+struct RolloutPart {
+    logprobs: Tensor<2>,
+    ref_logprobs: Tensor<2>,
+    values: Tensor<2>,
+    kls: Tensor<2>,
+}
+
+/// The training forward of one minibatch, on the autodiff device.
+struct MinibatchForward {
+    /// The step's sample indices it holds, in batch order.
+    samples: Vec<usize>,
+    batch: QueryResponseBatch,
+    /// `[b, t]` log π of the response tokens.
+    logprobs: Tensor<2>,
+    /// `[b, t, V]` log-softmax at the response positions.
+    log_softmax: Tensor<3>,
+    /// `[b, t]` value predictions.
+    vpreds: Tensor<2>,
 }
 
 /// What the minibatch loop of one step accumulates for `record_step_stats`.
