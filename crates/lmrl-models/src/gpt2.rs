@@ -237,21 +237,37 @@ fn push_linear(out: &mut Vec<(String, RawTensor)>, p: String, l: &Linear) {
     }
 }
 
+impl Gpt2LmHeadModel {
+    /// Embeddings, every block and the final norm: the one trunk of
+    /// [`CausalLm::hidden_states`] and [`CausalLm::packed_hidden_states`] (`packing` given:
+    /// ids and positions are packed rows, `bias` in the padded layout).
+    fn trunk(
+        &self,
+        input_ids: Tensor<2, Int>,
+        position_ids: Tensor<2, Int>,
+        bias: Tensor<4>,
+        mut cache: Option<&mut KvCache>,
+        packing: Option<&Packing>,
+    ) -> Tensor<3> {
+        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
+        for (i, block) in self.h.iter().enumerate() {
+            x = block.run(x, bias.clone(), i, cache.as_deref_mut(), packing);
+        }
+        self.ln_f.forward(x)
+    }
+}
+
 impl CausalLm for Gpt2LmHeadModel {
     fn hidden_states(
         &self,
         input_ids: Tensor<2, Int>,
         position_ids: Tensor<2, Int>,
         attention_mask: Tensor<2, Int>,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
         let past = cache.as_ref().map_or(0, |c| c.len());
         let bias = attention_bias(attention_mask, past, input_ids.dims()[1]);
-        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
-        for (i, block) in self.h.iter().enumerate() {
-            x = block.forward(x, bias.clone(), i, cache.as_deref_mut());
-        }
-        self.ln_f.forward(x)
+        self.trunk(input_ids, position_ids, bias, cache, None)
     }
 
     fn packed_hidden_states(
@@ -261,11 +277,7 @@ impl CausalLm for Gpt2LmHeadModel {
         packing: &Packing,
     ) -> Tensor<3> {
         let bias = attention_bias(packing.attention_mask(), 0, packing.seq_len());
-        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
-        for (i, block) in self.h.iter().enumerate() {
-            x = block.run(x, bias.clone(), i, None, Some(packing));
-        }
-        self.ln_f.forward(x)
+        self.trunk(input_ids, position_ids, bias, None, Some(packing))
     }
 
     /// Tied head: `hidden · wteᵀ` (a strided view of the embedding, no copy).

@@ -304,22 +304,38 @@ fn mlp_from(c: &LlamaConfig, t: &mut TensorMap, p: &str, device: &Device) -> Res
     })
 }
 
+impl LlamaForCausalLm {
+    /// Embeddings, every decoder layer and the final norm: the one trunk of
+    /// [`CausalLm::hidden_states`] and [`CausalLm::packed_hidden_states`] (`packing` given:
+    /// `input_ids` are packed rows, `rope` and `bias` in the padded layout).
+    fn trunk(
+        &self,
+        input_ids: Tensor<2, Int>,
+        rope: &Rope,
+        bias: Tensor<4>,
+        mut cache: Option<&mut KvCache>,
+        packing: Option<&Packing>,
+    ) -> Tensor<3> {
+        let mut x = self.model.embed_tokens.forward(input_ids);
+        for (i, layer) in self.model.layers.iter().enumerate() {
+            x = layer.forward(x, rope, bias.clone(), i, cache.as_deref_mut(), packing);
+        }
+        self.model.norm.forward(x)
+    }
+}
+
 impl CausalLm for LlamaForCausalLm {
     fn hidden_states(
         &self,
         input_ids: Tensor<2, Int>,
         position_ids: Tensor<2, Int>,
         attention_mask: Tensor<2, Int>,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
         let past = cache.as_ref().map_or(0, |c| c.len());
         let bias = attention_bias(attention_mask, past, input_ids.dims()[1]);
         let rope = Rope::new(position_ids, self.config.head_dim(), self.config.rope_theta);
-        let mut x = self.model.embed_tokens.forward(input_ids);
-        for (i, layer) in self.model.layers.iter().enumerate() {
-            x = layer.forward(x, &rope, bias.clone(), i, cache.as_deref_mut(), None);
-        }
-        self.model.norm.forward(x)
+        self.trunk(input_ids, &rope, bias, cache, None)
     }
 
     fn packed_hidden_states(
@@ -334,11 +350,7 @@ impl CausalLm for LlamaForCausalLm {
             self.config.head_dim(),
             self.config.rope_theta,
         );
-        let mut x = self.model.embed_tokens.forward(input_ids);
-        for (i, layer) in self.model.layers.iter().enumerate() {
-            x = layer.forward(x, &rope, bias.clone(), i, None, Some(packing));
-        }
-        self.model.norm.forward(x)
+        self.trunk(input_ids, &rope, bias, None, Some(packing))
     }
 
     /// `lm_head`, or the token embedding transposed when tied (a strided view, no copy).

@@ -388,19 +388,22 @@ impl<M: CausalLm> PpoAgent<M> {
             let policy = score(&self.model, &batch);
             parts.push(self.rollout_part(policy, &batch, reference, t_max)?);
         }
-        let cat = |f: fn(&RolloutPart) -> Tensor<2>| -> Tensor<2> {
-            let rows = Tensor::cat(parts.iter().map(f).collect(), 0);
-            if keep.is_empty() {
-                return rows;
-            }
-            // Back to sample order: row `p` of `rows` is sample `order[p]`.
+        // Back to sample order when the kept samples went first: row `p` of the parts is
+        // sample `order[p]`.
+        let reorder = (!keep.is_empty()).then(|| {
             let order: Vec<usize> = keep.iter().chain(&rest).copied().collect();
             let mut at = vec![0i64; order.len()];
             for (p, &i) in order.iter().enumerate() {
                 at[i] = p as i64;
             }
-            let at = Tensor::<1, Int>::from_data(TensorData::new(at, [order.len()]), &device);
-            rows.select(0, at)
+            Tensor::<1, Int>::from_data(TensorData::new(at, [order.len()]), &device)
+        });
+        let cat = |f: fn(&RolloutPart) -> Tensor<2>| -> Tensor<2> {
+            let rows = Tensor::cat(parts.iter().map(f).collect(), 0);
+            match &reorder {
+                Some(at) => rows.select(0, at.clone()),
+                None => rows,
+            }
         };
         let lengths: Vec<usize> = responses.iter().map(Vec::len).collect();
         let rollout = Rollout {
