@@ -11,7 +11,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::Args;
 use lmrl_models::{
     AutoLm, CausalLm, GenerationConfig, KvCache, ModelConfig, Sampling, TokenChooser, generate,
-    left_pad, log_softmax, process_logits,
+    left_pad, next_token_logprobs, process_logits,
 };
 
 #[derive(Args, Debug)]
@@ -96,16 +96,12 @@ fn int_tensor(rows: &[Vec<u32>], device: &Device) -> Tensor<2, Int> {
     Tensor::from_data(TensorData::new(flat, [b, s]), device)
 }
 
-/// Next-token cross-entropy of `ids` under `model` (mean over the `B·(S-1)` predictions).
-fn lm_loss(model: &AutoLm, ids: &[Vec<u32>], device: &Device) -> Tensor<1> {
-    let (b, s) = (ids.len(), ids[0].len());
+/// Next-token cross-entropy of `ids` under `model` (mean over the `B·(S-1)` predictions), the
+/// loss HF computes for `labels=input_ids`.
+fn lm_loss(model: &AutoLm, ids: &[Vec<u32>], device: &Device) -> Result<Tensor<1>> {
     let input = int_tensor(ids, device);
-    let mask = Tensor::<2, Int>::ones([b, s], device);
-    let logits = model.forward_simple(input.clone(), mask).logits;
-    let [_, _, v] = logits.dims();
-    let pred = logits.narrow(1, 0, s - 1).reshape([b * (s - 1), v]);
-    let targets = input.narrow(1, 1, s - 1).reshape([b * (s - 1), 1]);
-    log_softmax(pred).gather(1, targets).mean().neg()
+    let mask = Tensor::<2, Int>::ones(input.dims(), device);
+    Ok(next_token_logprobs(model, input, mask)?.mean().neg())
 }
 
 fn bench_model(
@@ -146,14 +142,14 @@ fn bench_model(
     })?;
     let ad = device.clone().autodiff();
     // Sanity: the autodiff copy really trains (every parameter gets a gradient).
-    let grads = lm_loss(train, &train_ids, &ad).backward();
+    let grads = lm_loss(train, &train_ids, &ad)?.backward();
     let grad_tensors = GradientsParams::from_grads(grads, train).len();
     anyhow::ensure!(
         grad_tensors > 0,
         "forward+backward produced no parameter gradients"
     );
     let fwd_bwd_secs = time_reps(args.reps, || {
-        let loss = lm_loss(train, &train_ids, &ad);
+        let loss = lm_loss(train, &train_ids, &ad)?;
         let grads = loss.backward();
         drop(grads);
         device

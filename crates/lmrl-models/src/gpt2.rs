@@ -249,7 +249,7 @@ impl Gpt2LmHeadModel {
         mut cache: Option<&mut KvCache>,
         packing: Option<&Packing>,
     ) -> Tensor<3> {
-        let mut x = self.wte.forward(input_ids) + self.wpe.forward(position_ids);
+        let mut x = model::lookup(&self.wte, input_ids) + model::lookup(&self.wpe, position_ids);
         for (i, block) in self.h.iter().enumerate() {
             x = block.run(x, bias.clone(), i, cache.as_deref_mut(), packing);
         }

@@ -2,7 +2,7 @@
 //! host tensors (loading) or at random (initialisation), and copied back (saving).
 use burn::module::Param;
 use burn::nn::{Embedding, LayerNorm, LayerNormConfig, Linear, RmsNorm, RmsNormConfig};
-use burn::tensor::{Device, Distribution, Tensor, TensorData};
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 
 use crate::tensors::RawTensor;
 
@@ -33,6 +33,20 @@ pub(crate) fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
         return crate::fused::matmul(x, w);
     }
     x.matmul(w)
+}
+
+/// The rows `ids` `[B, S]` of an embedding table: `[B, S, D]`. On the CPU backend (`flex`
+/// feature) its backward builds the table's gradient in one zeroed allocation
+/// (`crate::fused`); elsewhere it is burn's `Embedding::forward`.
+pub(crate) fn lookup(table: &Embedding, ids: Tensor<2, Int>) -> Tensor<3> {
+    #[cfg(feature = "flex")]
+    {
+        let weight = table.weight.val();
+        if crate::fused::takes(&weight) {
+            return crate::fused::embedding(weight, ids);
+        }
+    }
+    table.forward(ids)
 }
 
 /// [`dense`] through a burn `Linear` (its weight is `[in, out]`; LoRA adapters included).
@@ -113,4 +127,37 @@ pub(crate) fn raw<const D: usize>(t: Tensor<D>) -> RawTensor {
 /// A `Linear` weight in PyTorch `nn.Linear` layout `[out, in]`.
 pub(crate) fn raw_torch_linear(l: &Linear) -> RawTensor {
     raw(l.weight.val().transpose())
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use super::*;
+    use burn::nn::EmbeddingConfig;
+
+    fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
+        let v = t.into_data().try_to_vec::<f32>().expect("f32 tensor");
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn lookup_is_burns_embedding_to_the_bit_with_gradients() {
+        let device = Device::flex().autodiff();
+        let table = EmbeddingConfig::new(50, 24).init(&device);
+        // Repeated ids: their rows' gradients are summed in token order by both.
+        let ids = [[3i64, 7, 3, 49, 0], [7, 7, 12, 3, 1]];
+        let ids = Tensor::<2, Int>::from_data(TensorData::from(ids), &device);
+        let up = Tensor::<3>::random([2, 5, 24], Distribution::Normal(0.0, 1.0), &device);
+        let run = |ours: bool| {
+            let y = match ours {
+                true => lookup(&table, ids.clone()),
+                false => table.forward(ids.clone()),
+            };
+            let grads = (y.clone() * up.clone()).sum().backward();
+            let grad = table.weight.grad(&grads).expect("the table is trainable");
+            (bits(y.inner()), bits(grad))
+        };
+        let (ours, burns) = (run(true), run(false));
+        assert!(ours.0 == burns.0, "rows differ");
+        assert!(ours.1 == burns.1, "table gradients differ");
+    }
 }

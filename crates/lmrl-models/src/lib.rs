@@ -50,12 +50,15 @@ pub use gpt2::{Gpt2Attention, Gpt2Block, Gpt2LmHeadModel, Gpt2Mlp};
 pub use host_memory::retain_freed_memory;
 pub use layers::dense;
 pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, LlamaModel, Rope};
-pub use lm::{CausalLm, LmOutput, arange_positions, logits_at_every_position, validate_ids};
+pub use lm::{
+    CausalLm, LmOutput, arange_positions, logits_at_every_position, next_token_logprobs,
+    validate_ids,
+};
 pub use loader::{
     CONFIG_FILE, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, causal_lm_from_tensors, read_weights,
     write_atomic, write_atomic_parts, write_safetensors,
 };
-pub use log_softmax::{entropy_rows, kl_rows, log_softmax};
+pub use log_softmax::{entropy_rows, gather_columns, kl_rows, log_softmax};
 pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
 pub use packing::Packing;
 pub use pretrained::Pretrained;

@@ -316,7 +316,7 @@ impl LlamaForCausalLm {
         mut cache: Option<&mut KvCache>,
         packing: Option<&Packing>,
     ) -> Tensor<3> {
-        let mut x = self.model.embed_tokens.forward(input_ids);
+        let mut x = model::lookup(&self.model.embed_tokens, input_ids);
         for (i, layer) in self.model.layers.iter().enumerate() {
             x = layer.forward(x, rope, bias.clone(), i, cache.as_deref_mut(), packing);
         }

@@ -6,6 +6,7 @@ use burn::tensor::{Device, Int, Tensor};
 
 use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
+use crate::log_softmax::{gather_columns, log_softmax};
 use crate::packing::Packing;
 
 /// What one full forward pass returns.
@@ -131,6 +132,37 @@ pub fn logits_at_every_position<M: CausalLm>(model: &M, hidden: Tensor<3>) -> Te
     model
         .lm_head(hidden.reshape([b * s, h]))
         .reshape([b, s, model.vocab_size()])
+}
+
+/// `[B, S−1]` next-token log-probabilities `log p(x_{t+1} | x_≤t)` of `input_ids` `[B, S]` under
+/// `model` (positions `0..S`, no cache, right padding marked 0 in `attention_mask` `[B, S]`):
+/// the per-token terms of the language-modelling loss, of which HF's `labels=input_ids` loss is
+/// minus the mean. The vocabulary head runs on the `S − 1` predicting positions only (the last
+/// position predicts nothing inside the sequence). Entries whose target is padding are for the
+/// caller to mask. Differentiable.
+///
+/// [`ModelError::Input`] for fewer than two positions or a mask of another shape.
+pub fn next_token_logprobs<M: CausalLm>(
+    model: &M,
+    input_ids: Tensor<2, Int>,
+    attention_mask: Tensor<2, Int>,
+) -> Result<Tensor<2>> {
+    let [b, s] = input_ids.dims();
+    if s < 2 || attention_mask.dims() != [b, s] {
+        return Err(ModelError::Input(format!(
+            "next-token log-probabilities need ids of at least 2 positions and a mask of their \
+             shape; got ids {:?} and mask {:?}",
+            [b, s],
+            attention_mask.dims()
+        )));
+    }
+    let positions = arange_positions(&input_ids);
+    let hidden = model.hidden_states(input_ids.clone(), positions, attention_mask, None);
+    let h = hidden.dims()[2];
+    let predicting = hidden.narrow(1, 0, s - 1).reshape([b * (s - 1), h]);
+    let targets = input_ids.narrow(1, 1, s - 1).reshape([b * (s - 1), 1]);
+    let log_probs = log_softmax(model.lm_head(predicting));
+    Ok(gather_columns(log_probs, targets).reshape([b, s - 1]))
 }
 
 /// Positions `0..S` for every row of `[B, S]` ids.

@@ -7,8 +7,8 @@
 //! and the log-softmax has a hand-written backward, `∂L/∂x = g − softmax(x)·Σ_v g` with
 //! `softmax(x) = exp(output)`, so the output is the only tensor kept for it (`crate::fused`).
 //! Elsewhere burn's composite computes the same function.
-use burn::tensor::Tensor;
 use burn::tensor::activation;
+use burn::tensor::{Int, Tensor};
 
 /// `log_softmax(x)` along the last dimension: `x_v − ln Σ_u exp(x_u)` for each row, numerically
 /// stable (the row maximum is subtracted first). Differentiable; see the module docs for where
@@ -19,6 +19,18 @@ pub fn log_softmax<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         return crate::fused::log_softmax(x);
     }
     activation::log_softmax(x, D - 1)
+}
+
+/// The entry of each row of `x` `[N, V]` at its column in `ids` `[N, 1]`: `[N, 1]`, i.e.
+/// `x.gather(1, ids)` (the log-probability of each row's token, from a [`log_softmax`]).
+/// Differentiable. On burn's CPU backend its backward writes the `N` gradient entries into one
+/// zeroed `[N, V]` allocation (`crate::fused`) instead of burn's zeroed tensor and scatter.
+pub fn gather_columns(x: Tensor<2>, ids: Tensor<2, Int>) -> Tensor<2> {
+    #[cfg(feature = "flex")]
+    if crate::fused::takes(&x) && ids.dims() == [x.dims()[0], 1] {
+        return crate::fused::gather_columns(x, ids);
+    }
+    x.gather(1, ids)
 }
 
 /// `Σ_v exp(a_v)·(a_v − b_v)` for each row of two log-probability tensors `[N, V]`, i.e.

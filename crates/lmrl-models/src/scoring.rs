@@ -16,7 +16,7 @@ use crate::cache::KvCache;
 use crate::error::{ModelError, Result};
 use crate::generation::left_pad;
 use crate::lm::CausalLm;
-use crate::log_softmax::log_softmax;
+use crate::log_softmax::{gather_columns, log_softmax};
 use crate::packing::Packing;
 use crate::value_head::LmWithValueHead;
 
@@ -271,7 +271,7 @@ pub fn response_token_logprobs<M: CausalLm>(
     let ls = log_softmax(model.lm_head(selected.reshape([b * t, h]))); // [B·T, V]
     let v = ls.dims()[1];
     let ids = batch.response_id_column(&device);
-    let logprobs = ls.clone().gather(1, ids).reshape([b, t]) * batch.response_mask(&device);
+    let logprobs = gather_columns(ls.clone(), ids).reshape([b, t]) * batch.response_mask(&device);
     (logprobs, ls.reshape([b, t, v]))
 }
 

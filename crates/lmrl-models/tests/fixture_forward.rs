@@ -134,6 +134,64 @@ fn llama_gqa_forward_matches_transformers() {
     check_fixture("llama-tiny");
 }
 
+/// `next_token_logprobs` against the log-softmax of transformers' logits at each next token,
+/// taken in f64 on the host, wherever the predicting position and its target are both real
+/// tokens; and its input errors.
+fn check_next_token_logprobs(name: &str) {
+    let dev = device();
+    let model = AutoLm::from_pretrained(&fixture(name), &dev).expect("load fixture");
+    let fwd = &expected(name)["forward"];
+    let (ids, mask) = (ints(&fwd["input_ids"]), ints(&fwd["attention_mask"]));
+    let (want, [b, s, v]) = to_vec3(expected_logits(fwd, &dev));
+    let got =
+        lmrl_models::next_token_logprobs(&model, int_tensor(&ids, &dev), int_tensor(&mask, &dev))
+            .expect("valid input");
+    assert_eq!(got.dims(), [b, s - 1]);
+    let got = got.into_data().try_to_vec::<f32>().expect("f32");
+    let mut worst = 0.0f64;
+    let mut compared = 0;
+    for r in 0..b {
+        for p in 0..s - 1 {
+            if mask[r][p] != 1 || mask[r][p + 1] != 1 {
+                continue;
+            }
+            let row = &want[(r * s + p) * v..][..v];
+            let max = row.iter().fold(f64::MIN, |m, &x| m.max(f64::from(x)));
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&x| (f64::from(x) - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            let reference = f64::from(row[ids[r][p + 1] as usize]) - lse;
+            worst = worst.max((f64::from(got[r * (s - 1) + p]) - reference).abs());
+            compared += 1;
+        }
+    }
+    println!("{name}: {compared} next-token log-probs, max |diff| = {worst:e}");
+    assert!(compared > 0, "{name}: no pair of real positions");
+    assert!(
+        worst < f64::from(TOL),
+        "{name}: max log-prob difference {worst}"
+    );
+    let one = lmrl_models::next_token_logprobs(
+        &model,
+        int_tensor(&[vec![1]], &dev),
+        int_tensor(&[vec![1]], &dev),
+    );
+    assert!(matches!(one, Err(ModelError::Input(_))), "one position");
+    let short_mask = int_tensor(&[vec![1, 1]], &dev);
+    let ids2 = int_tensor(&[vec![1, 2, 3]], &dev);
+    let mismatch = lmrl_models::next_token_logprobs(&model, ids2, short_mask);
+    assert!(matches!(mismatch, Err(ModelError::Input(_))), "mask shape");
+}
+
+#[test]
+fn next_token_logprobs_match_transformers_logits() {
+    check_next_token_logprobs("gpt2-tiny");
+    check_next_token_logprobs("llama-tiny");
+}
+
 #[test]
 fn gpt2_loads_with_and_without_transformer_prefix() {
     let dev = device();

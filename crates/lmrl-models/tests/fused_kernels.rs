@@ -1,11 +1,11 @@
 //! The functions with fused CPU kernels against burn's composite ops (the definition, op by op):
-//! `log_softmax` (values and gradients, on and off the autodiff device, 2-D and 3-D, with masked
+//! `gather_columns` (values and gradients, to the bit), `log_softmax` (values and gradients, on and off the autodiff device, 2-D and 3-D, with masked
 //! −∞ entries as top-k filtering leaves them), `gelu_tanh` and the attention softmax (values and
 //! gradients), `silu` and `dense`'s matrix product (values and gradients, to the bit); `kl_rows` and `entropy_rows` against their formulas and hand-computed values.
 use burn::tensor::activation;
 use burn::tensor::{Device, Distribution, Tensor, TensorData};
 use lmrl_models::attention::attend;
-use lmrl_models::{dense, entropy_rows, gelu_tanh, kl_rows, log_softmax, silu};
+use lmrl_models::{dense, entropy_rows, gather_columns, gelu_tanh, kl_rows, log_softmax, silu};
 
 fn device() -> Device {
     let d = Device::flex();
@@ -118,6 +118,37 @@ fn gather_gradient_is_onehot_minus_softmax() {
                 "row {r} col {v}: {got} vs {want}"
             );
         }
+    }
+}
+
+#[test]
+fn gather_columns_is_burns_gather_to_the_bit_with_gradients() {
+    let plain = device();
+    let ad = plain.clone().autodiff();
+    // A contiguous tensor and a narrowed view of a wider one; repeated columns.
+    let wide = Tensor::<2>::random([7, 340], Distribution::Normal(0.0, 2.0), &plain);
+    let up = Tensor::<2>::random([7, 1], Distribution::Normal(0.0, 1.0), &ad);
+    let ids = Tensor::<2, burn::tensor::Int>::from_data(
+        TensorData::new(vec![0i64, 299, 17, 17, 150, 3, 0], [7, 1]),
+        &ad,
+    );
+    for narrowed in [false, true] {
+        let run = |ours: bool| {
+            let w = Tensor::<2>::from_data(wide.to_data(), &ad).require_grad();
+            let x = match narrowed {
+                true => w.clone().narrow(1, 20, 300),
+                false => w.clone(),
+            };
+            let y = match ours {
+                true => gather_columns(x, ids.clone()),
+                false => x.gather(1, ids.clone()),
+            };
+            let grads = (y.clone() * up.clone()).sum().backward();
+            (bits(y.inner()), bits(w.grad(&grads).expect("tracked")))
+        };
+        let (ours, burns) = (run(true), run(false));
+        assert!(ours.0 == burns.0, "narrowed {narrowed}: values differ");
+        assert!(ours.1 == burns.1, "narrowed {narrowed}: gradients differ");
     }
 }
 
@@ -260,13 +291,17 @@ fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
 fn dense_products_are_burns_matmul_to_the_bit_with_gradients() {
     let device = device();
     let ad = device.clone().autodiff();
-    // Few rows and many; a row-major weight and a transposed view (the tied vocabulary head);
-    // sizes above and below burn-flex's threshold for splitting over threads.
+    // Few rows and many; a row-major weight and a transposed view (the tied vocabulary head,
+    // whose gradient is computed in the weight's own layout); sizes above and below the
+    // threshold for splitting over threads.
     for (b, s, k, n, transposed) in [
         (2, 3, 24, 40, false),
         (4, 37, 96, 200, false),
         (3, 41, 64, 300, true),
         (1, 5, 8, 12, true),
+        // Large enough to be cut into one band per thread, forward and backward.
+        (4, 100, 200, 500, true),
+        (4, 100, 200, 500, false),
     ] {
         let x0 = Tensor::<3>::random([b, s, k], Distribution::Normal(0.0, 1.0), &device);
         let w0 = match transposed {

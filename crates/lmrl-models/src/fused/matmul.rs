@@ -73,9 +73,9 @@ pub(super) fn small_matmul(x: &FlexTensor, w: &FlexTensor) -> Option<FlexTensor>
 /// burn-flex's threshold (`m·n·k`) above which a product is split over the rayon pool.
 const PARALLEL_OPS: usize = 192 * 192 * 192;
 
-/// `lhs·rhs` for 2-D f32 operands in any strides, by the same `gemm` call as burn-flex's
-/// `float_matmul` (same arguments, same split over threads): the same bits. `None` for other
-/// dtypes or ranks.
+/// `lhs·rhs` for 2-D f32 operands in any strides, by the `gemm` crate as burn-flex's
+/// `float_matmul` calls it (the same bits), a large product cut into one band of the output
+/// per thread ([`split`]). `None` for other dtypes or ranks.
 ///
 /// Why not burn-flex's: it allocates the output as zeroed bytes and then, because a byte
 /// vector reports alignment 1, reallocates it 16-aligned and copies it (`FlexTensor::empty` →
@@ -101,33 +101,132 @@ pub(super) fn gemm_2d(lhs: &FlexTensor, rhs: &FlexTensor) -> Option<FlexTensor> 
             [m, n],
         )));
     }
-    let parallelism = match m.saturating_mul(n).saturating_mul(k) >= PARALLEL_OPS {
-        true => gemm::Parallelism::Rayon(0),
-        false => gemm::Parallelism::None,
-    };
     let l = lhs.storage::<f32>()[ls.start_offset()..].as_ptr();
     let r = rhs.storage::<f32>()[rs.start_offset()..].as_ptr();
-    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    let large = m.saturating_mul(n).saturating_mul(k) >= PARALLEL_OPS;
+    let plan = large
+        .then(|| split(m, n, rayon::current_num_threads()))
+        .flatten();
     // SAFETY: `l` and `r` point at the first elements of `[m, k]` and `[k, n]` views whose
-    // strides address only their buffers (burn-flex's layouts guarantee it); `out` has room
-    // for `m·n` elements, row-major (column stride 1, row stride n). With `read_dst` false and
-    // `beta` 1, `gemm` writes `lhs·rhs` to every one of them without reading any, so all
-    // `m·n` are initialised when `set_len` runs.
+    // strides address only their buffers (burn-flex's layouts guarantee it).
+    let out = unsafe {
+        product_in_bands(
+            [m, k, n],
+            Operand(l, l_rs, l_cs),
+            Operand(r, r_rs, r_cs),
+            plan,
+            large,
+        )
+    };
+    Some(FlexTensor::from_data(TensorData::new(out, [m, n])))
+}
+
+/// `lhs·rhs` for `[m, k]·[k, n]` operands, row-major: one `gemm` call per band of `plan`, on
+/// the rayon pool, or a single call (threaded by gemm when `large`).
+///
+/// # Safety
+/// The operands must address `[m, k]` and `[k, n]` readable f32s.
+unsafe fn product_in_bands(
+    [m, k, n]: [usize; 3],
+    lhs: Operand,
+    rhs: Operand,
+    plan: Option<Split>,
+    large: bool,
+) -> Vec<f32> {
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    let dst = OutPtr(out.as_mut_ptr());
+    // SAFETY (all three calls): the caller's operands; `out` has room for `m·n` elements,
+    // row-major. Each call writes `lhs·rhs` to its block of `out` without reading it
+    // (`read_dst` false, `beta` 1); the blocks tile `[m, n]`, so all `m·n` elements are
+    // initialised when `set_len` runs.
+    match plan {
+        Some(Split::Rows(bands)) => bands.into_par_iter().for_each(|(r0, r1)| unsafe {
+            let band = dst; // the whole `Send` wrapper, not its raw field
+            let a = lhs.offset(r0 as isize * lhs.1);
+            gemm_block(
+                r1 - r0,
+                n,
+                k,
+                band.0.add(r0 * n),
+                n,
+                a,
+                rhs,
+                gemm::Parallelism::None,
+            )
+        }),
+        Some(Split::Columns(bands)) => bands.into_par_iter().for_each(|(c0, c1)| unsafe {
+            let band = dst;
+            let b = rhs.offset(c0 as isize * rhs.2);
+            gemm_block(
+                m,
+                c1 - c0,
+                k,
+                band.0.add(c0),
+                n,
+                lhs,
+                b,
+                gemm::Parallelism::None,
+            )
+        }),
+        None => unsafe {
+            let parallelism = match large {
+                true => gemm::Parallelism::Rayon(0),
+                false => gemm::Parallelism::None,
+            };
+            gemm_block(m, n, k, dst.0, n, lhs, rhs, parallelism)
+        },
+    }
+    // SAFETY: see above.
+    unsafe { out.set_len(m * n) };
+    out
+}
+
+/// A 2-D f32 operand: first element, row stride, column stride.
+#[derive(Clone, Copy)]
+struct Operand(*const f32, isize, isize);
+// SAFETY: operands are only read, by tasks that all finish before the buffers are dropped.
+unsafe impl Send for Operand {}
+unsafe impl Sync for Operand {}
+
+impl Operand {
+    /// The operand starting `elements` further on (a block of its rows or columns).
+    fn offset(self, elements: isize) -> Self {
+        Self(self.0.wrapping_offset(elements), self.1, self.2)
+    }
+}
+
+/// `lhs·rhs` (`[m, k]·[k, n]`) written to `dst`, row-major with row stride `dst_rs`.
+///
+/// # Safety
+/// The operands must address `[m, k]` and `[k, n]` readable f32s; `dst` must have room for the
+/// `[m, n]` block, which no other thread writes meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_block(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: usize,
+    lhs: Operand,
+    rhs: Operand,
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: the caller's.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            out.as_mut_ptr(),
+            dst,
             1,
-            n as isize,
+            dst_rs as isize,
             false,
-            l,
-            l_cs,
-            l_rs,
-            r,
-            r_cs,
-            r_rs,
+            lhs.0,
+            lhs.2,
+            lhs.1,
+            rhs.0,
+            rhs.2,
+            rhs.1,
             0.0f32,
             1.0f32,
             false,
@@ -135,9 +234,45 @@ pub(super) fn gemm_2d(lhs: &FlexTensor, rhs: &FlexTensor) -> Option<FlexTensor> 
             false,
             parallelism,
         );
-        out.set_len(m * n);
     }
-    Some(FlexTensor::from_data(TensorData::new(out, [m, n])))
+}
+
+/// How a large product is shared among the threads.
+#[derive(Clone, Debug)]
+enum Split {
+    /// Bands of output rows (`lhs` rows), each thread reading all of `rhs`.
+    Rows(Vec<(usize, usize)>),
+    /// Bands of output columns (`rhs` columns), each thread reading all of `lhs`.
+    Columns(Vec<(usize, usize)>),
+}
+
+/// Output bands of at least this many rows or columns (a multiple of gemm's AVX-512 and AVX2
+/// tile heights, 64 and 24 rows of its transposed problem).
+const BAND: usize = 192;
+
+/// One band per thread along the longer side of the `[m, n]` output (so the operand each
+/// thread reads whole, and packs again, is the smaller one), or `None` for one thread or a
+/// product too small to share that way.
+///
+/// Why not gemm's own threading: it packs the `[m, k]` operand of a `[m, n]` output with
+/// `n ≤ 2·mc` on the calling thread while the pool waits (the backward products `g·Wᵀ`, for
+/// one); bands share that packing too. Every output element is the same sum in the same order
+/// either way (gemm's depth blocking depends on `k` alone once both sides exceed 64), so the
+/// result does not depend on the split.
+fn split(m: usize, n: usize, threads: usize) -> Option<Split> {
+    let long = m.max(n);
+    if threads < 2 || m.min(n) <= 64 || long < threads * BAND {
+        return None;
+    }
+    let band = long.div_ceil(threads).div_ceil(BAND) * BAND;
+    let bands = (0..long)
+        .step_by(band)
+        .map(|a| (a, (a + band).min(long)))
+        .collect();
+    Some(match m > n {
+        true => Split::Rows(bands),
+        false => Split::Columns(bands),
+    })
 }
 
 /// `[row stride, column stride]` of a 2-D layout.
@@ -157,7 +292,7 @@ enum Layout {
 /// The output buffer, shared by tasks that write disjoint columns.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: see the one use in `small_matmul`: tasks write disjoint elements.
+// SAFETY: see its uses in `small_matmul` and `gemm_2d`: tasks write disjoint elements.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
@@ -499,6 +634,46 @@ mod tests {
                 assert_close(transposed.expect(&what), &want, k, &what);
             }
         }
+    }
+
+    /// Row-major `[rows, cols]` values, or their transpose stored `[cols, rows]`, as an operand.
+    fn operand(v: &[f32], rows: usize, cols: usize, transposed: bool) -> Operand {
+        match transposed {
+            false => Operand(v.as_ptr(), cols as isize, 1),
+            true => Operand(v.as_ptr(), 1, rows as isize),
+        }
+    }
+
+    #[test]
+    fn a_product_cut_into_bands_has_the_bits_of_one_call() {
+        // Both split directions, the four layout pairs, depths below and above gemm's depth
+        // block (512), band edges off the tile height.
+        for &(m, k, n) in &[
+            (200, 700, 900),
+            (900, 300, 200),
+            (450, 1100, 450),
+            (130, 64, 1000),
+        ] {
+            let plan = split(m, n, 2).expect("large enough to split");
+            for (at, bt) in [(false, false), (false, true), (true, false), (true, true)] {
+                let (a, b) = (values(m * k, 7), values(k * n, 8));
+                let (lhs, rhs) = (operand(&a, m, k, at), operand(&b, k, n, bt));
+                // SAFETY: the operands address `a` and `b`, which outlive the calls.
+                let (banded, whole) = unsafe {
+                    (
+                        product_in_bands([m, k, n], lhs, rhs, Some(plan.clone()), true),
+                        product_in_bands([m, k, n], lhs, rhs, None, false),
+                    )
+                };
+                let same = banded
+                    .iter()
+                    .zip(&whole)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "m{m} k{k} n{n} transposed {at}/{bt}");
+            }
+        }
+        assert!(split(2000, 2000, 1).is_none(), "one thread");
+        assert!(split(64, 5000, 2).is_none(), "a side of one tile");
     }
 
     #[test]

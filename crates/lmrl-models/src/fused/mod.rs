@@ -10,6 +10,12 @@
 //! composite for any tensor this module does not take (another backend, another dtype); the
 //! two compute the same function up to float rounding (`kernels::exp` is a polynomial with a
 //! relative error under 2e-7, and sums are taken in another order).
+//!
+//! Three more ops compute exactly burn's values and gradients, with backward passes that skip
+//! burn-flex's costs: the matrix product (its output allocated once, a large product cut into
+//! one band of the output per thread, a transposed weight's gradient built in the weight's own
+//! layout), the embedding lookup and the per-row gather (their sparse gradients written into one
+//! zeroed allocation instead of a zeroed tensor copied into an aligned one and scattered into).
 mod kernels;
 mod matmul;
 
@@ -18,13 +24,14 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
 use burn::backend::ops::FloatTensorOps;
-use burn::backend::tensor::FloatTensor;
+use burn::backend::ops::ModuleOps;
+use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Autodiff, Backend, Dispatch, DispatchTensorKind, Flex, backend_extension};
-use burn::tensor::{DType, Shape, Tensor, TensorData};
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData};
 use burn_flex::FlexTensor;
 use rayon::prelude::*;
 
-/// The fused ops. `Flex` runs them; `Autodiff<Flex>` adds the backward of the three
+/// The fused ops. `Flex` runs them; `Autodiff<Flex>` adds the hand-written backward of the
 /// differentiable ones (the row statistics carry no gradient).
 #[backend_extension(Flex: cfg(feature = "flex"), Autodiff)]
 pub trait FusedOps: Backend {
@@ -43,6 +50,10 @@ pub trait FusedOps: Backend {
     /// `x·W` for `[m, k]·[k, n]`: the few-row kernels of `matmul` where they apply (a
     /// decoding step without autodiff), burn's matmul otherwise.
     fn fused_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// Rows `indices` `[B, S]` of `weight` `[V, D]`: `[B, S, D]`.
+    fn fused_embedding(weight: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
+    /// Entry `indices[r]` of each row `r` of an `[N, V]` tensor: `[N, 1]`.
+    fn fused_gather_columns(x: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// Elements handed to one rayon task: enough to amortise waking a worker, few enough that two
@@ -90,6 +101,22 @@ pub(crate) fn matmul(x: Tensor<2>, w: Tensor<2>) -> Tensor<2> {
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_matmul(
         x.into_dispatch(),
         w.into_dispatch(),
+    ))
+}
+
+/// Rows `ids` of `weight`.
+pub(crate) fn embedding(weight: Tensor<2>, ids: Tensor<2, Int>) -> Tensor<3> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_embedding(
+        weight.into_dispatch(),
+        ids.into_dispatch(),
+    ))
+}
+
+/// `x.gather(1, ids)` for `x` `[N, V]` and `ids` `[N, 1]`.
+pub(crate) fn gather_columns(x: Tensor<2>, ids: Tensor<2, Int>) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_gather_columns(
+        x.into_dispatch(),
+        ids.into_dispatch(),
     ))
 }
 
@@ -224,6 +251,14 @@ impl FusedOps for Flex {
             .or_else(|| matmul::gemm_2d(&x, &w))
             .unwrap_or_else(|| Flex::float_matmul(x, w))
     }
+
+    fn fused_embedding(weight: FlexTensor, indices: FlexTensor) -> FlexTensor {
+        Flex::embedding(weight, indices)
+    }
+
+    fn fused_gather_columns(x: FlexTensor, indices: FlexTensor) -> FlexTensor {
+        Flex::float_gather(1, x, indices)
+    }
 }
 
 /// `x·w` by [`matmul::gemm_2d`], or burn-flex's matmul for operands it does not take.
@@ -233,13 +268,27 @@ fn product(x: &FlexTensor, w: &FlexTensor) -> FlexTensor {
 
 /// The backward of `x·w`: its state is `x` if `w` needs a gradient and `w` if `x` does.
 #[derive(Debug)]
-struct MatmulBackward;
+struct MatmulBackward {
+    /// `w` is the transposed view of a row-major `[n, k]` matrix (a tied vocabulary head,
+    /// `h·Eᵀ`).
+    w_transposed: bool,
+}
+
+impl MatmulBackward {
+    fn of(w: &FlexTensor) -> Self {
+        let k = w.layout().shape()[0];
+        Self {
+            w_transposed: k > 1 && w.layout().strides() == [1, k as isize],
+        }
+    }
+}
 
 impl Backward<Flex, 2> for MatmulBackward {
     type State = (Option<FlexTensor>, Option<FlexTensor>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let (x, w) = ops.state;
+        let w_transposed = self.w_transposed;
         binary::<Flex, _, _>(
             ops.parents,
             ops.node,
@@ -250,9 +299,72 @@ impl Backward<Flex, 2> for MatmulBackward {
             },
             |g| {
                 let x = x.expect("x is kept when w needs a gradient");
-                product(&Flex::float_transpose(x), &g)
+                // `w`'s gradient in `w`'s own layout: for a transposed view, `(gᵀ·x)ᵀ`, so that
+                // the transpose's backward hands the weight a contiguous `[n, k]` gradient. The
+                // other orientation is a strided view, and every later op on it (the sum with
+                // the embedding's gradient of a tied head, the optimizer) walks `[n, k]` across
+                // its rows. Each element is the same sum of the same products either way.
+                match w_transposed {
+                    true => Flex::float_transpose(product(&Flex::float_transpose(g), &x)),
+                    false => product(&Flex::float_transpose(x), &g),
+                }
             },
         );
+    }
+}
+
+/// The backward of an embedding lookup; its state is the indices and the table's row count.
+///
+/// burn-flex's builds the `[V, D]` gradient as a zeroed buffer that is then copied into an
+/// aligned one (hundreds of MB for a vocabulary table, on one thread, for every backward); here
+/// it is allocated zeroed once and the looked-up rows are added into it, token by token in the
+/// same order, so the sums are the same.
+#[derive(Debug)]
+struct EmbeddingBackward;
+
+impl Backward<Flex, 1> for EmbeddingBackward {
+    type State = (FlexTensor, usize);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (indices, rows) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
+            let (g, shape) = contiguous(&g);
+            let d = last_dim(&shape);
+            let mut out = vec![0.0f32; rows * d];
+            let ids = indices.into_data().convert::<i64>();
+            let ids = ids.as_slice::<i64>().expect("indices converted to i64");
+            for (&id, g) in ids.iter().zip(elements(&g).chunks_exact(d)) {
+                let row = &mut out[id as usize * d..][..d];
+                row.iter_mut().zip(g).for_each(|(o, g)| *o += g);
+            }
+            FlexTensor::from_data(TensorData::new(out, [rows, d]))
+        });
+    }
+}
+
+/// The backward of picking one entry per row; its state is the column indices and `[N, V]`.
+///
+/// burn's builds the `[N, V]` gradient as a zeroed tensor (on flex: zeroed, then copied into an
+/// aligned buffer) and scatters the `N` upstream values into it; here they are written into one
+/// zeroed allocation: the same values.
+#[derive(Debug)]
+struct GatherColumnsBackward;
+
+impl Backward<Flex, 1> for GatherColumnsBackward {
+    type State = (FlexTensor, [usize; 2]);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (indices, [n, v]) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
+            let (g, _) = contiguous(&g);
+            let mut out = vec![0.0f32; n * v];
+            let ids = indices.into_data().convert::<i64>();
+            let ids = ids.as_slice::<i64>().expect("indices converted to i64");
+            for (r, (&id, &g)) in ids.iter().zip(elements(&g)).enumerate() {
+                out[r * v + id as usize] += g;
+            }
+            FlexTensor::from_data(TensorData::new(out, [n, v]))
+        });
     }
 }
 
@@ -367,7 +479,8 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
     /// gradient): the same bits. The few-row kernels serve generation, without autodiff.
     fn fused_matmul(x: FloatTensor<Self>, w: FloatTensor<Self>) -> FloatTensor<Self> {
         let (x_tracked, w_tracked) = (x.is_tracked(), w.is_tracked());
-        match MatmulBackward
+        let backward = MatmulBackward::of(w.primitive());
+        match backward
             .prepare::<C>([x.node(), w.node()])
             .compute_bound()
             .stateful()
@@ -380,6 +493,41 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
             }
             OpsKind::UnTracked(prep) => {
                 prep.finish(product(&x.into_primitive(), &w.into_primitive()))
+            }
+        }
+    }
+
+    fn fused_embedding(weight: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        match EmbeddingBackward
+            .prepare::<C>([weight.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let weight = weight.into_primitive();
+                let rows = weight.layout().shape()[0];
+                prep.finish((indices.clone(), rows), Flex::embedding(weight, indices))
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(Flex::embedding(weight.into_primitive(), indices))
+            }
+        }
+    }
+
+    fn fused_gather_columns(x: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        match GatherColumnsBackward
+            .prepare::<C>([x.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let x = x.into_primitive();
+                let shape = x.layout().shape();
+                let dims = [shape[0], shape[1]];
+                prep.finish((indices.clone(), dims), Flex::float_gather(1, x, indices))
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(Flex::float_gather(1, x.into_primitive(), indices))
             }
         }
     }
