@@ -26,7 +26,8 @@ pub struct EvalSettings {
     pub max_new_tokens: usize,
     pub generation_batch_size: usize,
     pub seed: u64,
-    pub eos: Option<u32>,
+    /// The ids generation stops on (EOS first).
+    pub eos: Vec<u32>,
     pub pad: u32,
     /// Token sequences that end a response (see [`crate::setup::stop_sequences`]).
     pub stop_sequences: Vec<Vec<u32>>,
@@ -109,7 +110,7 @@ pub fn evaluate(
             sampling,
             max_new_tokens: s.max_new_tokens,
             repetition_penalty: 1.0,
-            eos_token_id: s.eos,
+            eos_token_ids: s.eos.clone(),
             pad_token_id: s.pad,
             seed: mix(&[s.seed, c as u64, stream::EVAL]),
             first_row: 0,
@@ -264,6 +265,15 @@ struct EvalModel {
 }
 
 /// The copy a run's checkpoint holds by default: `policy` for single learners, `llm1` for CORY.
+/// The ids generation stops on: the tokenizer's (EOS first, then e.g. Llama 3's end of turn),
+/// else the model config's EOS.
+pub(crate) fn end_ids(tokenizer: Vec<u32>, config: Option<u32>) -> Vec<u32> {
+    match tokenizer.is_empty() {
+        true => config.into_iter().collect(),
+        false => tokenizer,
+    }
+}
+
 fn default_agent(cfg: Option<&Gsm8kConfig>, ckpt: &Path) -> &'static str {
     match cfg.map(|c| c.run.algo) {
         Some(lmrl_train::Algo::Cory) => "llm1",
@@ -412,7 +422,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         max_new_tokens,
         generation_batch_size: args.batch_size,
         seed: args.seed,
-        eos: tok.eos_token_id().or(config.eos_token_id()),
+        eos: end_ids(tok.eos_token_ids(), config.eos_token_id()),
         pad: lmrl_train::pad_id(&tok, &config),
         stop_sequences: setup::stop_sequences(&tok, &stop_strings)?,
     };

@@ -15,7 +15,7 @@ use lmrl_rl::Prompt;
 use lmrl_train::{Stage, Task, TaskEnv, TaskError, TrainConfig};
 
 use crate::config::{Gsm8kConfig, Gsm8kSettings};
-use crate::eval::{EvalRow, EvalSettings, eval_row, markdown, write_csv};
+use crate::eval::{EvalRow, EvalSettings, end_ids, eval_row, markdown, write_csv};
 use crate::setup::{self, MathTask, Split};
 
 /// Machine-readable evaluation rows (the source of `eval.csv` / `eval.md`, kept across resumes).
@@ -61,7 +61,8 @@ pub struct GsmTask {
     settings: Gsm8kSettings,
     tokenizer: LmTokenizer,
     device: Device,
-    eos: Option<u32>,
+    /// The ids generation stops on (EOS first).
+    eos: Vec<u32>,
     pad: u32,
     seed: u64,
     generation_batch_size: usize,
@@ -134,7 +135,7 @@ impl GsmTask {
             settings: t.clone(),
             tokenizer: env.tokenizer.clone(),
             device: env.device.clone(),
-            eos: env.tokenizer.eos_token_id().or(env.model.eos_token_id()),
+            eos: end_ids(env.tokenizer.eos_token_ids(), env.model.eos_token_id()),
             pad: env.pad_id,
             seed: cfg.run.seed,
             generation_batch_size: cfg.run.generation_batch_size,
@@ -154,7 +155,7 @@ impl GsmTask {
             max_new_tokens: self.settings.max_new_tokens,
             generation_batch_size: self.generation_batch_size,
             seed: self.seed,
-            eos: self.eos,
+            eos: self.eos.clone(),
             pad: self.pad,
             stop_sequences: self.stop_sequences.clone(),
         }
@@ -269,7 +270,7 @@ impl Task for GsmTask {
             },
             max_new_tokens: self.settings.max_new_tokens,
             repetition_penalty: self.settings.repetition_penalty,
-            eos_token_id: self.eos,
+            eos_token_ids: self.eos.clone(),
             pad_token_id: self.pad,
             seed,
             first_row: 0,

@@ -110,7 +110,8 @@ pub struct ImdbTask {
     reward: Box<dyn TextScorer>,
     settings: ImdbSettings,
     seed: u64,
-    eos: Option<u32>,
+    /// The ids generation stops on (EOS first).
+    eos: Vec<u32>,
     pad: u32,
 }
 
@@ -128,7 +129,7 @@ impl ImdbTask {
                 cfg.imdb.min_review_chars,
             );
         }
-        let eos = env.tokenizer.eos_token_id();
+        let eos = env.tokenizer.eos_token_ids();
         if env.rank == 0 {
             eprintln!(
                 "{} prompts ({} iterations per epoch of {batch}), reward {}",
@@ -182,7 +183,7 @@ impl Task for ImdbTask {
             sampling: Sampling::pure(),
             max_new_tokens: gen_len,
             repetition_penalty: t.repetition_penalty,
-            eos_token_id: self.eos,
+            eos_token_ids: self.eos.clone(),
             pad_token_id: self.pad,
             seed,
             first_row: 0,
@@ -204,7 +205,7 @@ impl Task for ImdbTask {
         let kept: Vec<u32> = ids
             .iter()
             .copied()
-            .filter(|&i| Some(i) != self.eos)
+            .filter(|i| !self.eos.contains(i))
             .collect();
         tokenizer.decode(&kept)
     }

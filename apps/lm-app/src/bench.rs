@@ -118,7 +118,7 @@ fn bench_model(
         sampling: Sampling::pure(),
         max_new_tokens: args.new_tokens,
         repetition_penalty: 1.0,
-        eos_token_id: None, // every row generates all tokens
+        eos_token_ids: Vec::new(), // every row generates all tokens
         pad_token_id: 0,
         seed: 0,
         first_row: 0,

@@ -247,11 +247,11 @@ fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()>
     io::write_json(out, &serde_json::json!({ "logits": nested }))
 }
 
-fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationConfig {
-    let eos = if args.ignore_eos {
-        None
-    } else {
-        args.eos_token_id.or(model_eos)
+fn generation_config(args: &GenerateArgs, model_eos: Vec<u32>) -> GenerationConfig {
+    let eos = match (args.ignore_eos, args.eos_token_id) {
+        (true, _) => Vec::new(),
+        (false, Some(id)) => vec![id],
+        (false, None) => model_eos,
     };
     GenerationConfig {
         sampling: if args.greedy {
@@ -265,8 +265,8 @@ fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationC
         },
         max_new_tokens: args.max_new_tokens,
         repetition_penalty: args.repetition_penalty,
-        eos_token_id: eos,
-        pad_token_id: args.pad_token_id.or(eos).unwrap_or(0),
+        pad_token_id: args.pad_token_id.or(eos.first().copied()).unwrap_or(0),
+        eos_token_ids: eos,
         seed: args.seed,
         first_row: 0,
         stop_sequences: Vec::new(),
@@ -284,7 +284,7 @@ fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
         io::check_ids(&batch.input_ids, config.vocab_size(), usize::MAX)
             .with_context(|| format!("checking {}", input.display()))?;
         let prompts = io::real_tokens(&batch);
-        let cfg = generation_config(args, config.eos_token_id());
+        let cfg = generation_config(args, config.eos_token_id().into_iter().collect());
         let g = generate(&lm, &prompts, &cfg, device)
             .with_context(|| format!("generating from {}", input.display()))?;
         check_finite(
@@ -321,7 +321,11 @@ fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
                 .with_context(|| format!("encoding prompt {p:?}"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let cfg = generation_config(args, config.eos_token_id().or(tok.eos_token_id()));
+    let model_eos = match tok.eos_token_ids() {
+        ids if ids.is_empty() => config.eos_token_id().into_iter().collect(),
+        ids => ids,
+    };
+    let cfg = generation_config(args, model_eos);
     let g = generate(&lm, &prompts, &cfg, device).context("generating")?;
     check_finite(
         &args.model,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ModelError, Result};
+use crate::rope::{RopeScaling, inv_freq};
 
 /// GPT-2 hyper-parameters (`transformers.GPT2Config`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,7 +41,48 @@ impl Gpt2Config {
     }
 }
 
-/// Llama hyper-parameters (`transformers.LlamaConfig`), also used for GGUF Llama models.
+/// The Hugging Face decoders that share Llama's trunk (pre-norm RMSNorm blocks, rotate-half
+/// RoPE, grouped-query attention, SwiGLU MLP) and differ only in options of [`LlamaConfig`]:
+/// which projections carry a bias, per-head q/k norms, the RoPE scaling, the attention window.
+/// Each has its own file for what sets it apart (`qwen2.rs`, `qwen3.rs`, `mistral.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DecoderFamily {
+    /// `LlamaForCausalLM` (Llama 2, Llama 3.x, SmolLM2, TinyLlama).
+    #[default]
+    Llama,
+    /// `MistralForCausalLM`.
+    Mistral,
+    /// `Qwen2ForCausalLM` (Qwen2, Qwen2.5).
+    Qwen2,
+    /// `Qwen3ForCausalLM` (dense Qwen3).
+    Qwen3,
+}
+
+impl DecoderFamily {
+    /// HF `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Mistral => "mistral",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+        }
+    }
+
+    /// HF `architectures[0]`.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Self::Llama => "LlamaForCausalLM",
+            Self::Mistral => "MistralForCausalLM",
+            Self::Qwen2 => "Qwen2ForCausalLM",
+            Self::Qwen3 => "Qwen3ForCausalLM",
+        }
+    }
+}
+
+/// Hyper-parameters of the Llama-family decoders (`transformers.LlamaConfig`, and the
+/// `MistralConfig`, `Qwen2Config` and `Qwen3Config` that differ from it only in
+/// [`DecoderFamily`]'s options), also used for GGUF models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LlamaConfig {
     pub vocab_size: usize,
@@ -61,6 +103,29 @@ pub struct LlamaConfig {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<u32>,
+    /// Which HF architecture this is (what `config.json` is written as).
+    #[serde(default)]
+    pub family: DecoderFamily,
+    /// Bias on `q_proj`, `k_proj`, `v_proj` (Qwen2 always; Llama and Qwen3 with
+    /// `attention_bias`).
+    #[serde(default)]
+    pub qkv_bias: bool,
+    /// Bias on `o_proj` (Llama and Qwen3 with `attention_bias`).
+    #[serde(default)]
+    pub o_bias: bool,
+    /// Bias on the MLP projections (Llama's `mlp_bias`).
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// RMSNorm over each head of `q` and `k` before RoPE (Qwen3's `q_norm`, `k_norm`).
+    #[serde(default)]
+    pub qk_norm: bool,
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    /// Attention span of a sliding-window model. Within the window sliding attention equals
+    /// full attention, so sequences up to it are computed exactly and longer ones are refused
+    /// ([`LlamaConfig::context_length`]).
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
 }
 
 impl LlamaConfig {
@@ -68,6 +133,56 @@ impl LlamaConfig {
     pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    /// The longest sequence this model computes exactly: `max_position_embeddings`, or the
+    /// sliding window when that is shorter.
+    pub fn context_length(&self) -> usize {
+        match self.sliding_window {
+            Some(w) => w.min(self.max_position_embeddings),
+            None => self.max_position_embeddings,
+        }
+    }
+
+    /// RoPE inverse frequencies, with `rope_scaling` applied.
+    pub fn rope_inv_freq(&self) -> Vec<f32> {
+        inv_freq(self.head_dim(), self.rope_theta, self.rope_scaling.as_ref())
+    }
+
+    /// A Llama config with every option off (no biases, no q/k norms, no RoPE scaling, no
+    /// window): the fields every family sets, the rest at Llama's values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn plain(
+        vocab_size: usize,
+        hidden_size: usize,
+        intermediate_size: usize,
+        num_hidden_layers: usize,
+        num_attention_heads: usize,
+        num_key_value_heads: usize,
+        max_position_embeddings: usize,
+    ) -> Self {
+        Self {
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim: None,
+            rms_norm_eps: 1e-6,
+            rope_theta: 10000.0,
+            max_position_embeddings,
+            tie_word_embeddings: false,
+            bos_token_id: None,
+            eos_token_id: None,
+            family: DecoderFamily::Llama,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            qk_norm: false,
+            rope_scaling: None,
+            sliding_window: None,
+        }
     }
 }
 
@@ -200,6 +315,9 @@ impl LlamaConfig {
         )?;
         check_positive_finite("rms_norm_eps", self.rms_norm_eps)?;
         check_positive_finite("rope_theta", self.rope_theta)?;
+        if let Some(w) = self.sliding_window {
+            check_range("sliding_window", w, 1, MAX_POSITIONS)?;
+        }
         check_token("bos_token_id", self.bos_token_id, self.vocab_size)?;
         check_token("eos_token_id", self.eos_token_id, self.vocab_size)
     }
@@ -224,7 +342,7 @@ impl ModelConfig {
             .ok_or_else(|| f.err("<root>", "not a JSON object"))?;
         match model_kind(&f, obj)? {
             Kind::Gpt2 => parse_gpt2(&f).map(Self::Gpt2),
-            Kind::Llama => parse_llama(&f).map(Self::Llama),
+            Kind::Decoder(family) => parse_decoder(&f, family).map(Self::Llama),
         }
     }
 
@@ -262,28 +380,7 @@ impl ModelConfig {
                 "tie_word_embeddings": true,
                 "torch_dtype": "float32",
             }),
-            Self::Llama(c) => json!({
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "vocab_size": c.vocab_size,
-                "hidden_size": c.hidden_size,
-                "intermediate_size": c.intermediate_size,
-                "num_hidden_layers": c.num_hidden_layers,
-                "num_attention_heads": c.num_attention_heads,
-                "num_key_value_heads": c.num_key_value_heads,
-                "head_dim": c.head_dim(),
-                "hidden_act": "silu",
-                "rms_norm_eps": c.rms_norm_eps,
-                "rope_theta": c.rope_theta,
-                "rope_scaling": null,
-                "max_position_embeddings": c.max_position_embeddings,
-                "tie_word_embeddings": c.tie_word_embeddings,
-                "attention_bias": false,
-                "mlp_bias": false,
-                "bos_token_id": c.bos_token_id,
-                "eos_token_id": c.eos_token_id,
-                "torch_dtype": "float32",
-            }),
+            Self::Llama(c) => decoder_hf_json(c),
         }
     }
 
@@ -306,7 +403,7 @@ impl ModelConfig {
     pub fn max_positions(&self) -> usize {
         match self {
             Self::Gpt2(c) => c.n_positions,
-            Self::Llama(c) => c.max_position_embeddings,
+            Self::Llama(c) => c.context_length(),
         }
     }
 
@@ -334,16 +431,28 @@ impl ModelConfig {
 
 enum Kind {
     Gpt2,
-    Llama,
+    Decoder(DecoderFamily),
 }
 
 /// Picks the architecture from `model_type`, else from `architectures[0]`.
 fn model_kind(f: &Fields, obj: &Map<String, Value>) -> Result<Kind> {
+    const FAMILIES: [DecoderFamily; 4] = [
+        DecoderFamily::Llama,
+        DecoderFamily::Mistral,
+        DecoderFamily::Qwen2,
+        DecoderFamily::Qwen3,
+    ];
+    let supported = "gpt2, llama, mistral, qwen2 and qwen3 are";
     if let Some(mt) = obj.get("model_type").and_then(Value::as_str) {
-        return match mt {
-            "gpt2" => Ok(Kind::Gpt2),
-            "llama" => Ok(Kind::Llama),
-            other => Err(f.err("model_type", &format!("unsupported architecture `{other}`"))),
+        if mt == "gpt2" {
+            return Ok(Kind::Gpt2);
+        }
+        return match FAMILIES.into_iter().find(|fam| fam.model_type() == mt) {
+            Some(fam) => Ok(Kind::Decoder(fam)),
+            None => Err(f.err(
+                "model_type",
+                &format!("unsupported architecture `{mt}` ({supported})"),
+            )),
         };
     }
     let arch = obj
@@ -353,8 +462,14 @@ fn model_kind(f: &Fields, obj: &Map<String, Value>) -> Result<Kind> {
         .and_then(Value::as_str);
     match arch {
         Some("GPT2LMHeadModel") | Some("GPT2Model") => Ok(Kind::Gpt2),
-        Some("LlamaForCausalLM") | Some("LlamaModel") => Ok(Kind::Llama),
-        Some(other) => Err(f.err("model_type", &format!("unsupported architecture `{other}`"))),
+        Some("LlamaModel") => Ok(Kind::Decoder(DecoderFamily::Llama)),
+        Some(a) => match FAMILIES.into_iter().find(|fam| fam.architecture() == a) {
+            Some(fam) => Ok(Kind::Decoder(fam)),
+            None => Err(f.err(
+                "model_type",
+                &format!("unsupported architecture `{a}` ({supported})"),
+            )),
+        },
         None => Err(f.err("model_type", "missing (and no `architectures` entry)")),
     }
 }
@@ -376,31 +491,50 @@ fn parse_gpt2(f: &Fields) -> Result<Gpt2Config> {
     Ok(c)
 }
 
-fn parse_llama(f: &Fields) -> Result<LlamaConfig> {
+/// The fields every Llama-family `config.json` has, at transformers' defaults for `family`;
+/// then the family's own options ([`crate::qwen2`], [`crate::qwen3`], [`crate::mistral`]).
+fn parse_decoder(f: &Fields, family: DecoderFamily) -> Result<LlamaConfig> {
     let heads = f.usize("num_attention_heads")?;
-    let c = LlamaConfig {
-        vocab_size: f.usize("vocab_size")?,
-        hidden_size: f.usize("hidden_size")?,
-        intermediate_size: f.usize("intermediate_size")?,
-        num_hidden_layers: f.usize("num_hidden_layers")?,
-        num_attention_heads: heads,
-        num_key_value_heads: f.usize_or("num_key_value_heads", heads)?,
-        head_dim: f.opt_usize("head_dim")?,
-        rms_norm_eps: f.f64_or("rms_norm_eps", 1e-6)?,
-        rope_theta: f.f64_or("rope_theta", 10000.0)?,
-        max_position_embeddings: f.usize_or("max_position_embeddings", 2048)?,
-        tie_word_embeddings: f.bool_or("tie_word_embeddings", false)?,
-        bos_token_id: f.token_id("bos_token_id")?,
-        eos_token_id: f.token_id("eos_token_id")?,
+    let max_positions = match family {
+        DecoderFamily::Llama => 2048,
+        DecoderFamily::Mistral => 4096 * 32,
+        DecoderFamily::Qwen2 | DecoderFamily::Qwen3 => 32768,
     };
-    check_llama(f, &c)?;
-    Ok(c)
-}
-
-/// Rejects values outside their domain and Llama variants this implementation would
-/// compute wrongly.
-fn check_llama(f: &Fields, c: &LlamaConfig) -> Result<()> {
+    let mut c = LlamaConfig::plain(
+        f.usize("vocab_size")?,
+        f.usize("hidden_size")?,
+        f.usize("intermediate_size")?,
+        f.usize("num_hidden_layers")?,
+        heads,
+        f.usize_or("num_key_value_heads", heads)?,
+        f.usize_or("max_position_embeddings", max_positions)?,
+    );
+    c.family = family;
+    c.head_dim = f.opt_usize("head_dim")?;
+    c.rms_norm_eps = f.f64_or("rms_norm_eps", 1e-6)?;
+    c.rope_theta = match f.get("rope_parameters").and_then(|p| p.get("rope_theta")) {
+        Some(t) => t
+            .as_f64()
+            .ok_or_else(|| f.err("rope_parameters.rope_theta", "expected a number"))?,
+        None => f.f64_or("rope_theta", 10000.0)?,
+    };
+    c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false)?;
+    c.bos_token_id = f.token_id("bos_token_id")?;
+    c.eos_token_id = f.token_id("eos_token_id")?;
+    c.rope_scaling = rope_scaling(f)?;
+    match family {
+        DecoderFamily::Llama => {
+            let bias = f.bool_or("attention_bias", false)?;
+            (c.qkv_bias, c.o_bias) = (bias, bias);
+            c.mlp_bias = f.bool_or("mlp_bias", false)?;
+        }
+        DecoderFamily::Mistral => crate::mistral::read_options(f, &mut c)?,
+        DecoderFamily::Qwen2 => crate::qwen2::read_options(f, &mut c)?,
+        DecoderFamily::Qwen3 => crate::qwen3::read_options(f, &mut c)?,
+    }
     c.validate().map_err(|i| f.err(i.field, &i.reason))?;
+    // One spelling of the head width, whether the file states it or implies it.
+    c.head_dim = Some(c.head_dim());
     let act = f.str_or("hidden_act", "silu")?;
     if act != "silu" {
         return Err(f.err(
@@ -408,15 +542,56 @@ fn check_llama(f: &Fields, c: &LlamaConfig) -> Result<()> {
             &format!("`{act}` is not supported (only silu)"),
         ));
     }
-    if !f.v.get("rope_scaling").is_none_or(Value::is_null) {
-        return Err(f.err("rope_scaling", "RoPE scaling is not supported"));
+    Ok(c)
+}
+
+/// `rope_scaling`, or the `rope_parameters` object of configs written by transformers 5
+/// (which also carries `rope_theta`, read by [`parse_decoder`] from the top level only when
+/// `rope_parameters` does not set it).
+fn rope_scaling(f: &Fields) -> Result<Option<RopeScaling>> {
+    let (field, v) = match f.get("rope_parameters") {
+        Some(p) => ("rope_parameters", Some(p)),
+        None => ("rope_scaling", f.get("rope_scaling")),
+    };
+    RopeScaling::from_hf_json(v).map_err(|i| {
+        let name = i.field.replacen("rope_scaling", field, 1);
+        f.err(name.trim_end_matches('.'), &i.reason)
+    })
+}
+
+/// The `config.json` transformers writes for a Llama-family model.
+fn decoder_hf_json(c: &LlamaConfig) -> Value {
+    let mut v = json!({
+        "architectures": [c.family.architecture()],
+        "model_type": c.family.model_type(),
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_hidden_layers,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim(),
+        "hidden_act": "silu",
+        "rms_norm_eps": c.rms_norm_eps,
+        "rope_theta": c.rope_theta,
+        "rope_scaling": c.rope_scaling.as_ref().map(RopeScaling::to_hf_json),
+        "max_position_embeddings": c.max_position_embeddings,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "attention_dropout": 0.0,
+        "bos_token_id": c.bos_token_id,
+        "eos_token_id": c.eos_token_id,
+        "torch_dtype": "float32",
+    });
+    let extra = match c.family {
+        DecoderFamily::Llama => json!({"attention_bias": c.qkv_bias, "mlp_bias": c.mlp_bias}),
+        DecoderFamily::Mistral => crate::mistral::hf_options(c),
+        DecoderFamily::Qwen2 => crate::qwen2::hf_options(c),
+        DecoderFamily::Qwen3 => crate::qwen3::hf_options(c),
+    };
+    if let (Some(obj), Value::Object(extra)) = (v.as_object_mut(), extra) {
+        obj.extend(extra);
     }
-    for field in ["attention_bias", "mlp_bias"] {
-        if f.bool_or(field, false)? {
-            return Err(f.err(field, "biased projections are not supported"));
-        }
-    }
-    Ok(())
+    v
 }
 
 /// A JSON value for an error message, cut short so that a huge value cannot flood it.
@@ -430,13 +605,13 @@ fn describe(x: &Value) -> String {
 }
 
 /// Typed access to the fields of one `config.json`, with errors naming file and field.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     path: &'a Path,
     v: &'a Value,
 }
 
 impl Fields<'_> {
-    fn err(&self, field: &str, reason: &str) -> ModelError {
+    pub(crate) fn err(&self, field: &str, reason: &str) -> ModelError {
         ModelError::Config {
             path: self.path.to_path_buf(),
             field: field.to_string(),
@@ -445,11 +620,11 @@ impl Fields<'_> {
     }
 
     /// The field's value, `None` when absent or `null`.
-    fn get(&self, field: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, field: &str) -> Option<&Value> {
         self.v.get(field).filter(|x| !x.is_null())
     }
 
-    fn opt_usize(&self, field: &str) -> Result<Option<usize>> {
+    pub(crate) fn opt_usize(&self, field: &str) -> Result<Option<usize>> {
         self.get(field)
             .map(|x| {
                 x.as_u64()
@@ -464,16 +639,16 @@ impl Fields<'_> {
             .transpose()
     }
 
-    fn usize(&self, field: &str) -> Result<usize> {
+    pub(crate) fn usize(&self, field: &str) -> Result<usize> {
         self.opt_usize(field)?
             .ok_or_else(|| self.err(field, "missing"))
     }
 
-    fn usize_or(&self, field: &str, default: usize) -> Result<usize> {
+    pub(crate) fn usize_or(&self, field: &str, default: usize) -> Result<usize> {
         Ok(self.opt_usize(field)?.unwrap_or(default))
     }
 
-    fn f64_or(&self, field: &str, default: f64) -> Result<f64> {
+    pub(crate) fn f64_or(&self, field: &str, default: f64) -> Result<f64> {
         match self.get(field) {
             None => Ok(default),
             Some(x) => x.as_f64().ok_or_else(|| {
@@ -482,7 +657,7 @@ impl Fields<'_> {
         }
     }
 
-    fn bool_or(&self, field: &str, default: bool) -> Result<bool> {
+    pub(crate) fn bool_or(&self, field: &str, default: bool) -> Result<bool> {
         match self.get(field) {
             None => Ok(default),
             Some(x) => x
@@ -491,7 +666,7 @@ impl Fields<'_> {
         }
     }
 
-    fn str_or(&self, field: &str, default: &str) -> Result<String> {
+    pub(crate) fn str_or(&self, field: &str, default: &str) -> Result<String> {
         match self.get(field) {
             None => Ok(default.to_string()),
             Some(x) => x
@@ -502,7 +677,7 @@ impl Fields<'_> {
     }
 
     /// A token id; HF also allows a list (e.g. several EOS ids), of which the first is kept.
-    fn token_id(&self, field: &str) -> Result<Option<u32>> {
+    pub(crate) fn token_id(&self, field: &str) -> Result<Option<u32>> {
         let x = match self.get(field) {
             None => return Ok(None),
             Some(Value::Array(a)) => match a.first() {

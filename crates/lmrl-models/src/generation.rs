@@ -195,7 +195,7 @@ pub fn generate<M: CausalLm>(
             tokens[r].push(t);
             logprobs[r].push(choice.logprobs[i]);
             history[r].push(t);
-            batch.finished[i] = cfg.eos_token_id == Some(t) || cfg.ends_with_stop(&tokens[r]);
+            batch.finished[i] = cfg.is_eos(t) || cfg.ends_with_stop(&tokens[r]);
         }
         if step + 1 == cfg.max_new_tokens || batch.finished.iter().all(|&f| f) {
             break;

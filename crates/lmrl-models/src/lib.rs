@@ -17,6 +17,7 @@ mod activation;
 pub mod attention;
 mod auto;
 mod cache;
+mod chat;
 mod config;
 mod error;
 mod file_write;
@@ -32,8 +33,12 @@ mod lm;
 mod loader;
 mod log_softmax;
 mod lora;
+mod mistral;
 mod packing;
 mod pretrained;
+mod qwen2;
+mod qwen3;
+mod rope;
 mod sampling;
 mod scoring;
 mod tensors;
@@ -43,13 +48,14 @@ mod value_head;
 pub use activation::{Activation, gelu_tanh, silu};
 pub use auto::AutoLm;
 pub use cache::{KvCache, LayerKv};
-pub use config::{Gpt2Config, LlamaConfig, ModelConfig};
+pub use chat::{ChatMessage, ChatTemplate};
+pub use config::{DecoderFamily, Gpt2Config, LlamaConfig, ModelConfig};
 pub use error::{ModelError, Result};
 pub use generation::{Generation, generate, left_pad, validate_prompts};
 pub use gpt2::{Gpt2Attention, Gpt2Block, Gpt2LmHeadModel, Gpt2Mlp};
 pub use host_memory::retain_freed_memory;
 pub use layers::dense;
-pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, LlamaModel, Rope};
+pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, LlamaModel};
 pub use lm::{
     CausalLm, LmOutput, arange_positions, logits_at_every_position, next_token_logprobs,
     validate_ids,
@@ -60,8 +66,12 @@ pub use loader::{
 };
 pub use log_softmax::{entropy_rows, gather_columns, kl_rows, log_softmax};
 pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
+pub use mistral::MistralForCausalLm;
 pub use packing::Packing;
 pub use pretrained::Pretrained;
+pub use qwen2::Qwen2ForCausalLm;
+pub use qwen3::Qwen3ForCausalLm;
+pub use rope::{Rope, RopeScaling};
 pub use sampling::{
     Choice, GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, apply_temperature,
     presence_mask, process_logits, row_seed, suppress_early_eos, top_k_filter, top_p_filter,

@@ -1,11 +1,13 @@
 //! Llama (HF `LlamaForCausalLM`): RMSNorm, RoPE (rotate-half layout), grouped-query attention,
-//! SwiGLU MLP. Field names follow the HF checkpoint.
+//! SwiGLU MLP. Field names follow the HF checkpoint. The same trunk runs Mistral, Qwen2 and
+//! Qwen3, whose differences are options of [`LlamaConfig`] (biases, per-head q/k norms, RoPE
+//! scaling, window): see `mistral.rs`, `qwen2.rs`, `qwen3.rs`.
 //!
 //! HF `nn.Linear` weights are `[out, in]`; burn's `Linear` is `[in, out]`, so they are
 //! transposed once at load time (and back when saving).
 use burn::module::Module;
 use burn::nn::{Embedding, Linear, RmsNorm, RmsNormConfig};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor};
 
 use crate::activation::silu;
 use crate::attention::attention_bias;
@@ -18,15 +20,19 @@ use crate::layers::{self as model, apply_linear, raw, raw_torch_linear};
 use crate::lm::CausalLm;
 use crate::packing::{Packing, packed, padded};
 use crate::pretrained::Pretrained;
+use crate::rope::Rope;
 use crate::tensors::{RawTensor, TensorMap};
 
-/// HF `LlamaAttention` (no biases).
+/// HF `LlamaAttention` (biases where the config asks for them), with Qwen3's per-head
+/// `q_norm` and `k_norm`.
 #[derive(Module, Debug)]
 pub struct LlamaAttention {
     pub q_proj: Linear,
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
     pub num_heads: usize,
     pub num_kv_heads: usize,
 }
@@ -65,40 +71,6 @@ pub struct LlamaForCausalLm {
     pub config: LlamaConfig,
 }
 
-/// RoPE tables `cos`, `sin`: `[B, 1, S, head_dim]`, shared by every layer of one forward.
-pub struct Rope {
-    cos: Tensor<4>,
-    sin: Tensor<4>,
-}
-
-impl Rope {
-    /// HF `LlamaRotaryEmbedding`: angles `pos · θ^(-2i/d)`, duplicated over both halves.
-    pub fn new(position_ids: Tensor<2, Int>, head_dim: usize, theta: f64) -> Self {
-        let device = position_ids.device();
-        let [b, s] = position_ids.dims();
-        let half = head_dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32)
-            .collect();
-        let inv_freq = Tensor::<3>::from_data(TensorData::new(inv_freq, [1, 1, half]), &device);
-        let freqs = position_ids.float().reshape([b, s, 1]) * inv_freq;
-        let emb = Tensor::cat(vec![freqs.clone(), freqs], 2).reshape([b, 1, s, head_dim]);
-        Self {
-            cos: emb.clone().cos(),
-            sin: emb.sin(),
-        }
-    }
-
-    /// `x·cos + rotate_half(x)·sin` for `x`: `[B, heads, S, head_dim]`.
-    pub fn apply(&self, x: Tensor<4>) -> Tensor<4> {
-        let d = x.dims()[3];
-        let x1 = x.clone().narrow(3, 0, d / 2);
-        let x2 = x.clone().narrow(3, d / 2, d / 2);
-        let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
-        x * self.cos.clone() + rotated * self.sin.clone()
-    }
-}
-
 impl LlamaAttention {
     fn forward(
         &self,
@@ -109,15 +81,20 @@ impl LlamaAttention {
         cache: Option<&mut KvCache>,
         packing: Option<&Packing>,
     ) -> Tensor<3> {
-        // Packed rows take the padded layout for attention alone (crate::packing).
-        let q = rope.apply(split_heads(
-            padded(packing, apply_linear(&self.q_proj, x.clone())),
+        // Packed rows take the padded layout for attention alone (crate::packing); the
+        // per-head norms act on each token alone, so they run on the packed rows.
+        let q = per_head_norm(
+            &self.q_norm,
+            apply_linear(&self.q_proj, x.clone()),
             self.num_heads,
-        ));
-        let mut k = rope.apply(split_heads(
-            padded(packing, apply_linear(&self.k_proj, x.clone())),
+        );
+        let k = per_head_norm(
+            &self.k_norm,
+            apply_linear(&self.k_proj, x.clone()),
             self.num_kv_heads,
-        ));
+        );
+        let q = rope.apply(split_heads(padded(packing, q), self.num_heads));
+        let mut k = rope.apply(split_heads(padded(packing, k), self.num_kv_heads));
         let mut v = split_heads(
             padded(packing, apply_linear(&self.v_proj, x)),
             self.num_kv_heads,
@@ -126,6 +103,18 @@ impl LlamaAttention {
             (k, v) = c.append(layer, k, v);
         }
         apply_linear(&self.o_proj, packed(packing, attend(q, k, v, bias)))
+    }
+}
+
+/// Qwen3's RMSNorm over each head's slice of `x`: `[B, S, heads·head_dim]`.
+fn per_head_norm(norm: &Option<RmsNorm>, x: Tensor<3>, heads: usize) -> Tensor<3> {
+    match norm {
+        None => x,
+        Some(norm) => {
+            let [b, s, width] = x.dims();
+            let x = norm.forward(x.reshape([b, s, heads, width / heads]));
+            x.reshape([b, s, width])
+        }
     }
 }
 
@@ -158,25 +147,29 @@ impl LlamaForCausalLm {
     pub fn init(c: &LlamaConfig, device: &Device) -> Self {
         let (e, hd, inter) = (c.hidden_size, c.head_dim(), c.intermediate_size);
         let (nh, nkv) = (c.num_attention_heads, c.num_key_value_heads);
-        let lin = |i, o| model::linear_init(i, o, false, device);
-        let norm = || {
-            RmsNormConfig::new(e)
+        let lin = |i, o, bias| model::linear_init(i, o, bias, device);
+        let norm_of = |width| {
+            RmsNormConfig::new(width)
                 .with_epsilon(c.rms_norm_eps)
                 .init(device)
         };
+        let norm = || norm_of(e);
+        let (qkv, mlp) = (c.qkv_bias, c.mlp_bias);
         let layer = |_| LlamaDecoderLayer {
             self_attn: LlamaAttention {
-                q_proj: lin(e, nh * hd),
-                k_proj: lin(e, nkv * hd),
-                v_proj: lin(e, nkv * hd),
-                o_proj: lin(nh * hd, e),
+                q_proj: lin(e, nh * hd, qkv),
+                k_proj: lin(e, nkv * hd, qkv),
+                v_proj: lin(e, nkv * hd, qkv),
+                o_proj: lin(nh * hd, e, c.o_bias),
+                q_norm: c.qk_norm.then(|| norm_of(hd)),
+                k_norm: c.qk_norm.then(|| norm_of(hd)),
                 num_heads: nh,
                 num_kv_heads: nkv,
             },
             mlp: LlamaMlp {
-                gate_proj: lin(e, inter),
-                up_proj: lin(e, inter),
-                down_proj: lin(inter, e),
+                gate_proj: lin(e, inter, mlp),
+                up_proj: lin(e, inter, mlp),
+                down_proj: lin(inter, e, mlp),
             },
             input_layernorm: norm(),
             post_attention_layernorm: norm(),
@@ -189,7 +182,7 @@ impl LlamaForCausalLm {
                 layers: (0..c.num_hidden_layers).map(layer).collect(),
                 norm: norm(),
             },
-            lm_head: (!c.tie_word_embeddings).then(|| lin(e, c.vocab_size)),
+            lm_head: (!c.tie_word_embeddings).then(|| lin(e, c.vocab_size, false)),
             config: c.clone(),
         }
     }
@@ -214,7 +207,7 @@ impl LlamaForCausalLm {
         let norm = norm(t, "model.norm.weight")?;
         let lm_head = match c.tie_word_embeddings {
             true => None,
-            false => Some(torch_linear(t, "lm_head", e, c.vocab_size, device)?),
+            false => Some(torch_linear(t, "lm_head", e, c.vocab_size, false, device)?),
         };
         Ok(Self {
             model: LlamaModel {
@@ -248,6 +241,14 @@ impl LlamaForCausalLm {
             ];
             for (name, layer) in lin {
                 out.push((format!("{p}.{name}.weight"), raw_torch_linear(layer)));
+                if let Some(b) = &layer.bias {
+                    out.push((format!("{p}.{name}.bias"), raw(b.val())));
+                }
+            }
+            for (name, norm) in [("q_norm", &a.q_norm), ("k_norm", &a.k_norm)] {
+                if let Some(n) = norm {
+                    out.push((format!("{p}.self_attn.{name}.weight"), raw(n.gamma.val())));
+                }
             }
             out.push((
                 format!("{p}.input_layernorm.weight"),
@@ -264,16 +265,22 @@ impl LlamaForCausalLm {
     }
 }
 
-/// An HF `nn.Linear` without bias (`[out, in]`), transposed to burn's `[in, out]`.
+/// An HF `nn.Linear` (`[out, in]`, with its `[out]` bias if `bias`), transposed to burn's
+/// `[in, out]`.
 fn torch_linear(
     t: &mut TensorMap,
     p: &str,
     d_in: usize,
     d_out: usize,
+    bias: bool,
     device: &Device,
 ) -> Result<Linear> {
     let w = t.take(&format!("{p}.weight"), &[d_out, d_in])?;
-    Ok(model::linear(w.transposed(), None, device))
+    let b = match bias {
+        true => Some(t.take(&format!("{p}.bias"), &[d_out])?),
+        false => None,
+    };
+    Ok(model::linear(w.transposed(), b, device))
 }
 
 fn attention_from(
@@ -285,22 +292,35 @@ fn attention_from(
     let (e, hd) = (c.hidden_size, c.head_dim());
     let (nh, nkv) = (c.num_attention_heads, c.num_key_value_heads);
     let p = format!("{p}.self_attn");
+    let (qkv, o) = (c.qkv_bias, c.o_bias);
+    let mut head_norm = |name: &str| -> Result<Option<RmsNorm>> {
+        match c.qk_norm {
+            true => {
+                let gamma = t.take(&format!("{p}.{name}.weight"), &[hd])?;
+                Ok(Some(model::rms_norm(gamma, c.rms_norm_eps, device)))
+            }
+            false => Ok(None),
+        }
+    };
+    let (q_norm, k_norm) = (head_norm("q_norm")?, head_norm("k_norm")?);
     Ok(LlamaAttention {
-        q_proj: torch_linear(t, &format!("{p}.q_proj"), e, nh * hd, device)?,
-        k_proj: torch_linear(t, &format!("{p}.k_proj"), e, nkv * hd, device)?,
-        v_proj: torch_linear(t, &format!("{p}.v_proj"), e, nkv * hd, device)?,
-        o_proj: torch_linear(t, &format!("{p}.o_proj"), nh * hd, e, device)?,
+        q_proj: torch_linear(t, &format!("{p}.q_proj"), e, nh * hd, qkv, device)?,
+        k_proj: torch_linear(t, &format!("{p}.k_proj"), e, nkv * hd, qkv, device)?,
+        v_proj: torch_linear(t, &format!("{p}.v_proj"), e, nkv * hd, qkv, device)?,
+        o_proj: torch_linear(t, &format!("{p}.o_proj"), nh * hd, e, o, device)?,
+        q_norm,
+        k_norm,
         num_heads: nh,
         num_kv_heads: nkv,
     })
 }
 
 fn mlp_from(c: &LlamaConfig, t: &mut TensorMap, p: &str, device: &Device) -> Result<LlamaMlp> {
-    let (e, i) = (c.hidden_size, c.intermediate_size);
+    let (e, i, b) = (c.hidden_size, c.intermediate_size, c.mlp_bias);
     Ok(LlamaMlp {
-        gate_proj: torch_linear(t, &format!("{p}.mlp.gate_proj"), e, i, device)?,
-        up_proj: torch_linear(t, &format!("{p}.mlp.up_proj"), e, i, device)?,
-        down_proj: torch_linear(t, &format!("{p}.mlp.down_proj"), i, e, device)?,
+        gate_proj: torch_linear(t, &format!("{p}.mlp.gate_proj"), e, i, b, device)?,
+        up_proj: torch_linear(t, &format!("{p}.mlp.up_proj"), e, i, b, device)?,
+        down_proj: torch_linear(t, &format!("{p}.mlp.down_proj"), i, e, b, device)?,
     })
 }
 
@@ -334,7 +354,7 @@ impl CausalLm for LlamaForCausalLm {
     ) -> Tensor<3> {
         let past = cache.as_ref().map_or(0, |c| c.len());
         let bias = attention_bias(attention_mask, past, input_ids.dims()[1]);
-        let rope = Rope::new(position_ids, self.config.head_dim(), self.config.rope_theta);
+        let rope = Rope::from_inv_freq(position_ids, &self.config.rope_inv_freq());
         self.trunk(input_ids, &rope, bias, cache, None)
     }
 
@@ -345,11 +365,8 @@ impl CausalLm for LlamaForCausalLm {
         packing: &Packing,
     ) -> Tensor<3> {
         let bias = attention_bias(packing.attention_mask(), 0, packing.seq_len());
-        let rope = Rope::new(
-            packing.pad_ints(position_ids),
-            self.config.head_dim(),
-            self.config.rope_theta,
-        );
+        let rope =
+            Rope::from_inv_freq(packing.pad_ints(position_ids), &self.config.rope_inv_freq());
         self.trunk(input_ids, &rope, bias, None, Some(packing))
     }
 
@@ -376,7 +393,7 @@ impl CausalLm for LlamaForCausalLm {
     }
 
     fn max_positions(&self) -> usize {
-        self.config.max_position_embeddings
+        self.config.context_length()
     }
 
     fn eos_token_id(&self) -> Option<u32> {

@@ -62,8 +62,10 @@ pub struct GenerationConfig {
     pub max_new_tokens: usize,
     /// CTRL repetition penalty; `1.0` disables it. Must be > 0.
     pub repetition_penalty: f32,
-    /// A row stops after producing this id (the EOS itself is kept). `None`: never stop early.
-    pub eos_token_id: Option<u32>,
+    /// A row stops after producing any of these ids (the EOS itself is kept): HF
+    /// `generation_config.eos_token_id`, one id or several (Llama 3 ends a turn with
+    /// `<|eot_id|>` as well as `<|end_of_text|>`). Empty: never stop early.
+    pub eos_token_ids: Vec<u32>,
     /// Fills the left padding of prompts and the tail of rows that stopped.
     pub pad_token_id: u32,
     /// Seed of the host RNGs that draw the categorical samples.
@@ -92,13 +94,22 @@ impl GenerationConfig {
             .any(|s| !s.is_empty() && generated.ends_with(s))
     }
 
-    /// Greedy decoding with no penalty.
-    pub fn greedy(max_new_tokens: usize, eos_token_id: Option<u32>, pad_token_id: u32) -> Self {
+    /// Whether `token` ends a row.
+    pub fn is_eos(&self, token: u32) -> bool {
+        self.eos_token_ids.contains(&token)
+    }
+
+    /// Greedy decoding with no penalty; `eos` is one id (`Some(id)`), none, or a list.
+    pub fn greedy(
+        max_new_tokens: usize,
+        eos: impl IntoIterator<Item = u32>,
+        pad_token_id: u32,
+    ) -> Self {
         Self {
             sampling: Sampling::Greedy,
             max_new_tokens,
             repetition_penalty: 1.0,
-            eos_token_id,
+            eos_token_ids: eos.into_iter().collect(),
             pad_token_id,
             seed: 0,
             first_row: 0,
@@ -206,17 +217,17 @@ pub fn suppress_early_eos(
     generated: usize,
     cfg: &GenerationConfig,
 ) -> Tensor<2> {
-    match cfg.eos_token_id {
-        Some(eos) if generated < cfg.min_new_tokens => {
-            let [batch, vocab] = logits.dims();
-            let eos = eos as usize;
-            if eos >= vocab {
-                return logits;
-            }
-            logits.slice_fill([0..batch, eos..eos + 1], f32::NEG_INFINITY)
-        }
-        _ => logits,
+    if generated >= cfg.min_new_tokens {
+        return logits;
     }
+    let [batch, vocab] = logits.dims();
+    cfg.eos_token_ids
+        .iter()
+        .map(|&eos| eos as usize)
+        .filter(|&eos| eos < vocab)
+        .fold(logits, |l, eos| {
+            l.slice_fill([0..batch, eos..eos + 1], f32::NEG_INFINITY)
+        })
 }
 
 /// The whole HF processor chain of one step for `cfg.sampling`: repetition penalty (when `seen`

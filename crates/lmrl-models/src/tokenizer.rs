@@ -17,6 +17,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
+use crate::chat::ChatTemplate;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufMetadata;
 use crate::loader::write_atomic;
@@ -33,6 +34,11 @@ pub struct LmTokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     pad: Option<u32>,
+    /// Further ids that end a generation besides `eos`: the rest of an `eos_token_id` list
+    /// (`generation_config.json`, `config.json`), a GGUF's end-of-turn id.
+    more_eos: Vec<u32>,
+    /// The Jinja chat template, if the model ships one.
+    chat_template: Option<String>,
     /// Number of ids (largest id + 1), computed once: `Tokenizer::get_vocab_size(true)`
     /// clones the whole vocabulary on every call.
     vocab_size: usize,
@@ -92,6 +98,8 @@ impl LmTokenizer {
             bos: eos,
             eos,
             pad: None,
+            more_eos: Vec::new(),
+            chat_template: None,
         })
     }
 
@@ -107,6 +115,8 @@ impl LmTokenizer {
             bos: None,
             eos: None,
             pad: None,
+            more_eos: Vec::new(),
+            chat_template: None,
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         t.read_special_ids(dir)?;
@@ -142,20 +152,47 @@ impl LmTokenizer {
             self.bos = id("bos_token")?;
             self.eos = id("eos_token")?;
             self.pad = id("pad_token")?;
+            self.chat_template = chat_template_of(&v, &tc)?;
         }
-        let cfg = dir.join("config.json");
-        if cfg.is_file() {
+        let jinja = dir.join("chat_template.jinja");
+        if self.chat_template.is_none() && jinja.is_file() {
+            let text = std::fs::read_to_string(&jinja).map_err(|source| ModelError::Io {
+                path: jinja.clone(),
+                source,
+            })?;
+            self.chat_template = Some(text);
+        }
+        // generation_config.json is what `generate` stops on; config.json the fallback.
+        for file in ["generation_config.json", "config.json"] {
+            let cfg = dir.join(file);
+            if !cfg.is_file() {
+                continue;
+            }
             let v = read_json(&cfg)?;
-            // HF allows a list of EOS ids; the first is the one generation stops on.
-            let id = |key: &str| match v.get(key) {
-                Some(serde_json::Value::Array(a)) => a.first().and_then(|x| x.as_u64()),
-                Some(x) => x.as_u64(),
-                None => None,
+            let ids = |key: &str| -> Result<Vec<u32>> {
+                let bad = || tok_err(&cfg, format!("{key} must be a token id or a list of them"));
+                let list = match v.get(key) {
+                    None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+                    Some(serde_json::Value::Array(a)) => a.iter().collect(),
+                    Some(x) => vec![x],
+                };
+                list.into_iter()
+                    .map(|x| {
+                        x.as_u64()
+                            .and_then(|x| u32::try_from(x).ok())
+                            .ok_or_else(bad)
+                    })
+                    .collect()
             };
-            let to_u32 = |x: Option<u64>| x.and_then(|x| u32::try_from(x).ok());
-            self.bos = self.bos.or(to_u32(id("bos_token_id")));
-            self.eos = self.eos.or(to_u32(id("eos_token_id")));
-            self.pad = self.pad.or(to_u32(id("pad_token_id")));
+            let eos = ids("eos_token_id")?;
+            self.bos = self.bos.or(ids("bos_token_id")?.first().copied());
+            self.eos = self.eos.or(eos.first().copied());
+            self.pad = self.pad.or(ids("pad_token_id")?.first().copied());
+            for id in eos {
+                if Some(id) != self.eos && !self.more_eos.contains(&id) {
+                    self.more_eos.push(id);
+                }
+            }
         }
         Ok(())
     }
@@ -264,6 +301,15 @@ impl LmTokenizer {
             id("tokenizer.ggml.eos_token_id")?,
             id("tokenizer.ggml.padding_token_id")?,
         );
+        // llama.cpp also ends a generation on the end-of-turn and end-of-message tokens.
+        let more_eos = [
+            id("tokenizer.ggml.eot_token_id")?,
+            id("tokenizer.ggml.eom_token_id")?,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let chat_template = meta.get_str("tokenizer.chat_template").map(str::to_string);
         let add_bos = meta
             .get("tokenizer.ggml.add_bos_token")
             .and_then(|v| v.as_bool())
@@ -289,6 +335,8 @@ impl LmTokenizer {
             bos,
             eos,
             pad,
+            more_eos,
+            chat_template,
         })
     }
 
@@ -377,6 +425,31 @@ impl LmTokenizer {
         self.eos
     }
 
+    /// Every id that ends a generation: the EOS first, then the others the model names
+    /// (Llama 3's `<|eot_id|>` beside `<|end_of_text|>`) — what `generate` stops on.
+    pub fn eos_token_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.eos.into_iter().collect();
+        for &id in &self.more_eos {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    }
+
+    /// The model's chat template, with the BOS and EOS strings it refers to; `None` when the
+    /// model ships no template.
+    pub fn chat_template(&self) -> Result<Option<ChatTemplate>> {
+        let Some(source) = &self.chat_template else {
+            return Ok(None);
+        };
+        let name = |id: Option<u32>| {
+            id.and_then(|i| self.inner.id_to_token(i))
+                .unwrap_or_default()
+        };
+        ChatTemplate::new(source.clone(), name(self.bos), name(self.eos), &self.path).map(Some)
+    }
+
     pub fn bos_token_id(&self) -> Option<u32> {
         self.bos
     }
@@ -423,6 +496,12 @@ impl LmTokenizer {
                 cfg.insert(key.to_string(), serde_json::Value::String(n));
             }
         }
+        if let Some(t) = &self.chat_template {
+            cfg.insert(
+                "chat_template".to_string(),
+                serde_json::Value::String(t.clone()),
+            );
+        }
         cfg.insert(
             "tokenizer_class".to_string(),
             serde_json::Value::String("PreTrainedTokenizerFast".to_string()),
@@ -433,7 +512,58 @@ impl LmTokenizer {
                 format!("serialising tokenizer_config.json: {e}"),
             )
         })?;
-        write_atomic(&dir.join("tokenizer_config.json"), text.as_bytes())
+        write_atomic(&dir.join("tokenizer_config.json"), text.as_bytes())?;
+        self.save_generation_config(dir)
+    }
+
+    /// `generation_config.json` with the ids generation stops on (a list when there are
+    /// several), so that a saved model stops where the original did, here and in transformers.
+    fn save_generation_config(&self, dir: &Path) -> Result<()> {
+        let eos = self.eos_token_ids();
+        let mut cfg = serde_json::Map::new();
+        let mut put = |key: &str, v: serde_json::Value| {
+            cfg.insert(key.to_string(), v);
+        };
+        if let Some(b) = self.bos {
+            put("bos_token_id", b.into());
+        }
+        match eos.as_slice() {
+            [] => {}
+            [one] => put("eos_token_id", (*one).into()),
+            many => put("eos_token_id", many.to_vec().into()),
+        }
+        if let Some(p) = self.pad {
+            put("pad_token_id", p.into());
+        }
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(cfg)).map_err(|e| {
+            tok_err(
+                &self.path,
+                format!("serialising generation_config.json: {e}"),
+            )
+        })?;
+        write_atomic(&dir.join("generation_config.json"), text.as_bytes())
+    }
+}
+
+/// `chat_template` of a `tokenizer_config.json`: a string, or transformers' list of named
+/// templates, of which the one named `default` is the one `apply_chat_template` uses.
+fn chat_template_of(v: &serde_json::Value, path: &Path) -> Result<Option<String>> {
+    match v.get("chat_template") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+        Some(serde_json::Value::Array(named)) => {
+            let default = named
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"));
+            Ok(default
+                .and_then(|t| t.get("template"))
+                .and_then(|t| t.as_str())
+                .map(str::to_string))
+        }
+        Some(_) => Err(tok_err(
+            path,
+            "chat_template must be a string or a list of {name, template}",
+        )),
     }
 }
 

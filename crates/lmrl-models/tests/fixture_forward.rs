@@ -118,7 +118,12 @@ fn fixture_forward(model: &AutoLm, name: &str) -> (Tensor<3>, Tensor<3>, Vec<Vec
 
 fn check_fixture(name: &str) {
     let model = AutoLm::from_pretrained(&fixture(name), &device()).expect("load fixture");
-    let (ours, reference, mask) = fixture_forward(&model, name);
+    check_model(&model, name);
+}
+
+/// `model`'s logits on fixture `name`'s batch against transformers'.
+fn check_model(model: &AutoLm, name: &str) {
+    let (ours, reference, mask) = fixture_forward(model, name);
     let diff = max_diff_masked(&ours, &reference, &mask);
     println!("{name}: max |logit diff| = {diff:e}");
     assert!(diff < TOL, "{name}: max logit difference {diff}");
@@ -132,6 +137,58 @@ fn gpt2_forward_matches_transformers() {
 #[test]
 fn llama_gqa_forward_matches_transformers() {
     check_fixture("llama-tiny");
+}
+
+/// The Llama-family fixtures of `tests/fixtures/decoders` (its `make_fixture.py` says what
+/// each covers): Qwen2 (tied; untied, bf16, sharded), Qwen3, Llama 3 and linear RoPE scaling
+/// with biases, Mistral.
+const DECODERS: [&str; 6] = [
+    "decoders/qwen2-tiny",
+    "decoders/qwen2-untied-bf16-sharded",
+    "decoders/qwen3-tiny",
+    "decoders/llama3-tiny",
+    "decoders/llama-linear-bias",
+    "decoders/mistral-tiny",
+];
+
+/// The decoders that also come as GGUF in llama.cpp's layout (`llama`, `qwen2`, `qwen3`).
+const GGUF_DECODERS: [&str; 3] = [
+    "decoders/qwen2-tiny",
+    "decoders/qwen3-tiny",
+    "decoders/llama3-tiny",
+];
+
+#[test]
+fn decoder_families_forward_match_transformers() {
+    for name in DECODERS {
+        check_fixture(name);
+    }
+}
+
+#[test]
+fn decoder_families_from_gguf_match_transformers() {
+    for name in GGUF_DECODERS {
+        let path = fixture(name).join("model.gguf");
+        let model = AutoLm::from_pretrained(&path, &device()).expect("load gguf");
+        let from_hf = AutoLm::from_pretrained(&fixture(name), &device()).expect("load hf");
+        // The same configuration, RoPE scaling recovered from `rope_freqs` included.
+        assert_eq!(model.config(), from_hf.config(), "{name}");
+        check_model(&model, name);
+    }
+}
+
+#[test]
+fn decoder_families_kv_cache_matches_full_forward() {
+    for name in DECODERS {
+        check_cache_matches_full(name);
+    }
+}
+
+#[test]
+fn decoder_families_greedy_left_padded_matches_transformers() {
+    for name in DECODERS {
+        check_greedy_left_padded(name);
+    }
 }
 
 /// `next_token_logprobs` against the log-softmax of transformers' logits at each next token,
@@ -405,6 +462,10 @@ fn save_pretrained_roundtrip_gives_identical_logits() {
     cfg.num_key_value_heads = 1;
     let model = AutoLm::init(&ModelConfig::Llama(cfg), &dev);
     roundtrip(&model, "llama-untied-mqa");
+    for name in DECODERS {
+        let model = AutoLm::from_pretrained(&fixture(name), &dev).expect("load");
+        roundtrip(&model, name.trim_start_matches("decoders/"));
+    }
 }
 
 /// A multi-query model equals the multi-head model whose K/V projections repeat the single
@@ -443,10 +504,15 @@ fn multi_query_attention_equals_repeated_heads() {
 }
 
 /// Copies a fixture directory so that it can be damaged.
+/// A copy of a fixture's checkpoint files (config and weights, shards included).
 fn copy_fixture(name: &str, tag: &str) -> PathBuf {
     let dir = temp_dir(tag);
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture(name).join(f), dir.join(f)).expect("copy");
+    for entry in std::fs::read_dir(fixture(name)).expect("fixture dir") {
+        let f = entry.expect("entry").file_name();
+        let f = f.to_string_lossy();
+        if f == "config.json" || f.ends_with(".safetensors") || f.ends_with(".index.json") {
+            std::fs::copy(fixture(name).join(&*f), dir.join(&*f)).expect("copy");
+        }
     }
     dir
 }
@@ -553,7 +619,7 @@ fn unknown_architecture_and_bad_fields_are_config_errors() {
 
 #[test]
 fn config_json_roundtrips() {
-    for name in ["gpt2-tiny", "llama-tiny"] {
+    for name in ["gpt2-tiny", "llama-tiny"].into_iter().chain(DECODERS) {
         let c = ModelConfig::from_file(&fixture(name).join("config.json")).expect("parse");
         let again = ModelConfig::from_hf_json(Path::new("mem"), &c.to_hf_json()).expect("reparse");
         assert_eq!(c, again);
@@ -729,4 +795,65 @@ fn lora_gradients_reach_only_the_adapters() {
     );
     let emb = &m.model.embed_tokens.weight;
     assert!(emb.val().grad(&grads).is_none(), "frozen embeddings");
+}
+
+/// What the decoder families refuse, each error naming its field: an unknown RoPE scaling,
+/// an unknown architecture, an odd head width; and a sliding window that bounds the context.
+#[test]
+fn decoder_config_errors_name_the_field() {
+    let p = Path::new("x/config.json");
+    let base = || -> Value {
+        let text = std::fs::read_to_string(fixture("decoders/qwen2-tiny").join("config.json"))
+            .expect("config");
+        serde_json::from_str(&text).expect("json")
+    };
+    let field_of = |v: &Value| match ModelConfig::from_hf_json(p, v) {
+        Err(ModelError::Config { field, reason, .. }) => (field, reason),
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    let mut yarn = base();
+    yarn["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+    let (field, reason) = field_of(&yarn);
+    assert_eq!(field, "rope_scaling.rope_type");
+    assert!(reason.contains("yarn"), "{reason}");
+    let mut v5 = base();
+    v5["rope_parameters"] = serde_json::json!({"rope_type": "su", "rope_theta": 1e6});
+    assert_eq!(field_of(&v5).0, "rope_parameters.rope_type");
+    let mut gemma = base();
+    gemma["model_type"] = "gemma".into();
+    let (field, reason) = field_of(&gemma);
+    assert_eq!(field, "model_type");
+    assert!(
+        reason.contains("qwen3"),
+        "the error lists what is supported: {reason}"
+    );
+    let mut odd = base();
+    odd["model_type"] = "mistral".into();
+    odd["head_dim"] = 15.into();
+    assert_eq!(field_of(&odd).0, "head_dim");
+    let mut window = base();
+    window["use_sliding_window"] = true.into();
+    window["sliding_window"] = 8.into();
+    window["layer_types"] = serde_json::json!(["full_attention", "sliding_attention"]);
+    let c = ModelConfig::from_hf_json(p, &window).expect("parse");
+    assert_eq!(
+        c.max_positions(),
+        8,
+        "sequences past the window are refused"
+    );
+    window["layer_types"] = serde_json::json!(["full_attention", "full_attention"]);
+    let c = ModelConfig::from_hf_json(p, &window).expect("parse");
+    assert_eq!(c.max_positions(), 128, "no layer slides");
+}
+
+/// A shard index naming a file that is not there is an error naming that file.
+#[test]
+fn missing_shard_is_named() {
+    let dir = copy_fixture("decoders/qwen2-untied-bf16-sharded", "shard");
+    let gone = "model-00003-of-00007.safetensors";
+    std::fs::remove_file(dir.join(gone)).expect("remove shard");
+    match AutoLm::from_pretrained(&dir, &device()) {
+        Err(e) => assert!(e.to_string().contains(gone), "{e}"),
+        Ok(_) => panic!("loaded without a shard"),
+    }
 }

@@ -168,13 +168,13 @@ fn min_new_tokens_holds_eos_back() {
     let free = GenerationConfig::greedy(6, None, 0);
     let eos = generate(&model, &prompts, &free, &device()).unwrap().tokens[0][0];
     let cfg = GenerationConfig {
-        eos_token_id: Some(eos),
+        eos_token_ids: vec![eos],
         min_new_tokens: 3,
         ..free.clone()
     };
     let out = generate(&model, &prompts, &cfg, &device()).unwrap();
     let stopping = GenerationConfig {
-        eos_token_id: Some(eos),
+        eos_token_ids: vec![eos],
         ..free.clone()
     };
     let plain = generate(&model, &prompts, &stopping, &device()).unwrap();
@@ -246,7 +246,7 @@ fn sample_cfg(seed: u64, top_k: usize, top_p: f32, temperature: f32) -> Generati
         },
         max_new_tokens: 12,
         repetition_penalty: 1.0,
-        eos_token_id: None,
+        eos_token_ids: Vec::new(),
         pad_token_id: 0,
         seed,
         first_row: 0,
@@ -362,7 +362,7 @@ fn generate_no_cache(model: &AutoLm, prompts: &[Vec<u32>], cfg: &GenerationConfi
             history[r].push(tok);
             seqs[r].push(tok);
             real[r].push(true);
-            if cfg.eos_token_id == Some(tok) {
+            if cfg.is_eos(tok) {
                 finished[r] = true;
             }
         }
@@ -401,7 +401,7 @@ fn cache_and_no_cache_agree() {
         let mut sampled = sample_cfg(11, 50, 0.9, 0.8);
         // stop rows early on a token the seed-11 run draws, to exercise finished rows
         let probe = generate(&model, &prompts, &sampled, &device()).unwrap();
-        sampled.eos_token_id = Some(probe.tokens[1][2]);
+        sampled.eos_token_ids = vec![probe.tokens[1][2]];
         let a = generate(&model, &prompts, &sampled, &device()).unwrap();
         assert!(a.tokens[1].len() <= 3);
         assert_same_generation(&a, &generate_no_cache(&model, &prompts, &sampled));
@@ -434,7 +434,7 @@ fn finished_rows_leave_the_batch_and_change_nothing_else() {
             .max_by_key(|(_, n)| **n)
             .map(|(t, _)| *t)
             .unwrap();
-        cfg.eos_token_id = Some(eos);
+        cfg.eos_token_ids = vec![eos];
         let out = generate(&model, &prompts, &cfg, &device()).unwrap();
         let lengths: std::collections::BTreeSet<usize> = out.tokens.iter().map(Vec::len).collect();
         assert!(

@@ -117,7 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sampling: Sampling::pure(),
         max_new_tokens: response,
         repetition_penalty: 1.0,
-        eos_token_id: None,
+        eos_token_ids: Vec::new(),
         pad_token_id: 0,
         seed: 0,
         first_row: 0,

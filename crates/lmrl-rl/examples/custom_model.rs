@@ -172,7 +172,7 @@ fn generation(iteration: usize) -> GenerationConfig {
         sampling: Sampling::pure(),
         max_new_tokens: 6,
         repetition_penalty: 1.0,
-        eos_token_id: None,
+        eos_token_ids: Vec::new(),
         pad_token_id: 0,
         seed: iteration as u64,
         first_row: 0,

@@ -82,7 +82,7 @@ fn generation(seed: u64) -> GenerationConfig {
         sampling: Sampling::pure(),
         max_new_tokens: 3,
         repetition_penalty: 1.0,
-        eos_token_id: Some(999),
+        eos_token_ids: vec![999],
         pad_token_id: 999,
         seed,
         first_row: 0,

@@ -287,7 +287,7 @@ fn sample(seed: u64, max_new_tokens: usize) -> GenerationConfig {
         sampling: Sampling::pure(),
         max_new_tokens,
         repetition_penalty: 1.0,
-        eos_token_id: None,
+        eos_token_ids: Vec::new(),
         pad_token_id: 0,
         seed,
         first_row: 0,

@@ -304,7 +304,7 @@ fn ppo_raises_a_simple_reward() {
             sampling: lmrl_models::Sampling::pure(),
             max_new_tokens: 6,
             repetition_penalty: 1.0,
-            eos_token_id: None,
+            eos_token_ids: Vec::new(),
             pad_token_id: 0,
             seed: round,
             first_row: 0,

@@ -228,7 +228,7 @@ fn generation(it: usize) -> GenerationConfig {
         sampling: Sampling::pure(),
         max_new_tokens: 3,
         repetition_penalty: 1.0,
-        eos_token_id: Some(999),
+        eos_token_ids: vec![999],
         pad_token_id: 999,
         seed: 100 + it as u64,
         first_row: 0,

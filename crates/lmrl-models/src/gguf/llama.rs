@@ -4,8 +4,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::config::{ConfigIssue, LlamaConfig, ModelConfig};
+use crate::config::{ConfigIssue, DecoderFamily, LlamaConfig, ModelConfig};
 use crate::error::{ModelError, Result};
+use crate::rope::RopeScaling;
 use crate::tensors::TensorMap;
 
 use super::reader::{GgufFile, GgufMetadata, GgufValue, format_err};
@@ -31,6 +32,8 @@ pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
     let layer: usize = layer.parse().ok()?;
     let hf = match part {
         "attn_q" => "self_attn.q_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
@@ -110,43 +113,69 @@ pub fn permute_rope_rows(
     Some(out)
 }
 
-/// The GGUF key of each `config.json` field, so that a value outside its domain is reported
-/// under the name it has in the file.
+/// The GGUF key (after the `{arch}.` prefix) of each `config.json` field, so that a value
+/// outside its domain is reported under the name it has in the file.
 const GGUF_KEYS: &[(&str, &str)] = &[
-    ("vocab_size", "llama.vocab_size"),
-    ("hidden_size", "llama.embedding_length"),
-    ("intermediate_size", "llama.feed_forward_length"),
-    ("num_hidden_layers", "llama.block_count"),
-    ("num_attention_heads", "llama.attention.head_count"),
-    ("num_key_value_heads", "llama.attention.head_count_kv"),
-    ("head_dim", "llama.attention.key_length"),
-    ("rms_norm_eps", "llama.attention.layer_norm_rms_epsilon"),
-    ("rope_theta", "llama.rope.freq_base"),
-    ("max_position_embeddings", "llama.context_length"),
-    ("bos_token_id", "tokenizer.ggml.bos_token_id"),
-    ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+    ("vocab_size", "vocab_size"),
+    ("hidden_size", "embedding_length"),
+    ("intermediate_size", "feed_forward_length"),
+    ("num_hidden_layers", "block_count"),
+    ("num_attention_heads", "attention.head_count"),
+    ("num_key_value_heads", "attention.head_count_kv"),
+    ("head_dim", "attention.key_length"),
+    ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
+    ("rope_theta", "rope.freq_base"),
+    ("max_position_embeddings", "context_length"),
 ];
 
-fn gguf_key(field: &str) -> &str {
-    GGUF_KEYS
-        .iter()
-        .find(|(hf, _)| *hf == field)
-        .map_or(field, |(_, key)| key)
+/// llama.cpp's architectures that are Llama-family decoders, with the family each is.
+const ARCHITECTURES: &[(&str, DecoderFamily)] = &[
+    ("llama", DecoderFamily::Llama),
+    ("qwen2", DecoderFamily::Qwen2),
+    ("qwen3", DecoderFamily::Qwen3),
+];
+
+/// The metadata of one architecture: keys are read under its `{arch}.` prefix.
+struct ArchKeys<'a> {
+    meta: &'a GgufMetadata,
+    arch: &'a str,
 }
 
-/// A required size: an unsigned integer that fits in `usize`.
-fn size(meta: &GgufMetadata, key: &str) -> Result<usize> {
-    let v = meta.require_u64(key)?;
-    usize::try_from(v).map_err(|_| meta.config_err(key, format!("{v} does not fit in usize")))
-}
+impl ArchKeys<'_> {
+    fn key(&self, rest: &str) -> String {
+        format!("{}.{rest}", self.arch)
+    }
 
-fn opt_size(meta: &GgufMetadata, key: &str) -> Result<Option<usize>> {
-    meta.opt_u64(key)?
-        .map(|v| {
-            usize::try_from(v)
-                .map_err(|_| meta.config_err(key, format!("{v} does not fit in usize")))
-        })
-        .transpose()
+    /// The full GGUF key of a `config.json` field (token ids live under `tokenizer.ggml.`).
+    fn key_of(&self, field: &str) -> String {
+        match field {
+            "bos_token_id" | "eos_token_id" => format!("tokenizer.ggml.{field}"),
+            _ => GGUF_KEYS
+                .iter()
+                .find(|(hf, _)| *hf == field)
+                .map_or(field.to_string(), |(_, k)| self.key(k)),
+        }
+    }
+
+    /// A required size: an unsigned integer that fits in `usize`.
+    fn size(&self, rest: &str) -> Result<usize> {
+        let key = self.key(rest);
+        self.opt_size(rest)?
+            .ok_or_else(|| self.meta.config_err(&key, "missing"))
+    }
+
+    fn opt_size(&self, rest: &str) -> Result<Option<usize>> {
+        let key = self.key(rest);
+        self.meta
+            .opt_u64(&key)?
+            .map(|v| {
+                usize::try_from(v).map_err(|_| {
+                    self.meta
+                        .config_err(&key, format!("{v} does not fit in usize"))
+                })
+            })
+            .transpose()
+    }
 }
 
 fn token_id(meta: &GgufMetadata, key: &str) -> Result<Option<u32>> {
@@ -157,44 +186,42 @@ fn token_id(meta: &GgufMetadata, key: &str) -> Result<Option<u32>> {
         .transpose()
 }
 
-/// The [`LlamaConfig`] of a llama.cpp Llama GGUF, from its metadata alone, with every value
-/// checked against its domain ([`LlamaConfig::validate`]) and against the tensor infos (the
-/// blocks and the embedding the file holds); errors name the GGUF key.
+/// The [`LlamaConfig`] of a llama.cpp `llama`, `qwen2` or `qwen3` GGUF, from its metadata
+/// (and the names of its tensors, which say whether projections carry biases), with every
+/// value checked against its domain ([`LlamaConfig::validate`]) and against the tensor infos
+/// (the blocks and the embedding the file holds); errors name the GGUF key.
 ///
-/// Keys (llama.cpp `LLM_KV_*`): `llama.context_length`, `.embedding_length`, `.block_count`,
-/// `.feed_forward_length`, `.attention.head_count`, `.attention.head_count_kv` (default: head
-/// count), `.attention.key_length` (default: embedding / heads), `.rope.freq_base` (default
-/// 10000), `.attention.layer_norm_rms_epsilon`; vocabulary size from `llama.vocab_size` or the
-/// length of `tokenizer.ggml.tokens`; tied embeddings when there is no `output.weight`.
+/// Keys (llama.cpp `LLM_KV_*`, under the architecture's prefix): `context_length`,
+/// `embedding_length`, `block_count`, `feed_forward_length`, `attention.head_count`,
+/// `attention.head_count_kv` (default: head count), `attention.key_length` (default:
+/// embedding / heads), `rope.freq_base` (default 10000), `attention.layer_norm_rms_epsilon`,
+/// `rope.scaling.type` (`none` or `linear` with `rope.scaling.factor`); vocabulary size from
+/// `vocab_size` or the length of `tokenizer.ggml.tokens`; tied embeddings when there is no
+/// `output.weight`. Llama 3's RoPE scaling is a tensor (`rope_freqs`), not metadata: the
+/// header alone leaves it out, and [`read_gguf`] sets it from the tensor
+/// ([`rope_scaling_from_divisors`]).
 pub fn llama_config(meta: &GgufMetadata) -> Result<LlamaConfig> {
     let arch = meta
         .architecture()
         .ok_or_else(|| meta.config_err("general.architecture", "missing"))?;
-    if arch != "llama" {
+    let Some(&(arch, family)) = ARCHITECTURES.iter().find(|(a, _)| *a == arch) else {
         return Err(meta.config_err(
             "general.architecture",
-            format!("`{arch}` is not supported (only llama)"),
+            format!("`{arch}` is not supported (llama, qwen2 and qwen3 are)"),
         ));
-    }
-    if let Some(t) = meta.get_str("llama.rope.scaling.type")
-        && t != "none"
+    };
+    let k = ArchKeys { meta, arch };
+    let heads = k.size("attention.head_count")?;
+    let head_dim = k.opt_size("attention.key_length")?;
+    if let (Some(kl), Some(vl)) = (head_dim, k.opt_size("attention.value_length")?)
+        && kl != vl
     {
         return Err(meta.config_err(
-            "llama.rope.scaling.type",
-            format!("RoPE scaling `{t}` is not supported"),
+            &k.key("attention.value_length"),
+            format!("{vl} differs from key_length {kl}, which is not supported"),
         ));
     }
-    let heads = size(meta, "llama.attention.head_count")?;
-    let head_dim = opt_size(meta, "llama.attention.key_length")?;
-    if let (Some(k), Some(v)) = (head_dim, opt_size(meta, "llama.attention.value_length")?)
-        && k != v
-    {
-        return Err(meta.config_err(
-            "llama.attention.value_length",
-            format!("{v} differs from key_length {k}, which is not supported"),
-        ));
-    }
-    let vocab = match opt_size(meta, "llama.vocab_size")? {
+    let vocab = match k.opt_size("vocab_size")? {
         Some(v) => v,
         None => match meta
             .get("tokenizer.ggml.tokens")
@@ -206,32 +233,121 @@ pub fn llama_config(meta: &GgufMetadata) -> Result<LlamaConfig> {
                 .and_then(|t| t.dims.get(1).copied())
                 .and_then(|d| usize::try_from(d).ok())
                 .ok_or_else(|| {
-                    meta.config_err("llama.vocab_size", "missing, and no tokenizer.ggml.tokens")
+                    meta.config_err(
+                        &k.key("vocab_size"),
+                        "missing, and no tokenizer.ggml.tokens",
+                    )
                 })?,
         },
     };
+    let eps_key = k.key("attention.layer_norm_rms_epsilon");
     let eps = meta
-        .opt_f64("llama.attention.layer_norm_rms_epsilon")?
-        .ok_or_else(|| meta.config_err("llama.attention.layer_norm_rms_epsilon", "missing"))?;
-    let c = LlamaConfig {
-        vocab_size: vocab,
-        hidden_size: size(meta, "llama.embedding_length")?,
-        intermediate_size: size(meta, "llama.feed_forward_length")?,
-        num_hidden_layers: size(meta, "llama.block_count")?,
-        num_attention_heads: heads,
-        num_key_value_heads: opt_size(meta, "llama.attention.head_count_kv")?.unwrap_or(heads),
-        head_dim,
-        rms_norm_eps: eps,
-        rope_theta: meta.opt_f64("llama.rope.freq_base")?.unwrap_or(10000.0),
-        max_position_embeddings: size(meta, "llama.context_length")?,
-        tie_word_embeddings: meta.tensor("output.weight").is_none(),
-        bos_token_id: token_id(meta, "tokenizer.ggml.bos_token_id")?,
-        eos_token_id: token_id(meta, "tokenizer.ggml.eos_token_id")?,
-    };
+        .opt_f64(&eps_key)?
+        .ok_or_else(|| meta.config_err(&eps_key, "missing"))?;
+    let mut c = LlamaConfig::plain(
+        vocab,
+        k.size("embedding_length")?,
+        k.size("feed_forward_length")?,
+        k.size("block_count")?,
+        heads,
+        k.opt_size("attention.head_count_kv")?.unwrap_or(heads),
+        k.size("context_length")?,
+    );
+    c.family = family;
+    c.head_dim = head_dim;
+    c.rms_norm_eps = eps;
+    c.rope_theta = meta.opt_f64(&k.key("rope.freq_base"))?.unwrap_or(10000.0);
+    c.tie_word_embeddings = meta.tensor("output.weight").is_none();
+    c.bos_token_id = token_id(meta, "tokenizer.ggml.bos_token_id")?;
+    c.eos_token_id = token_id(meta, "tokenizer.ggml.eos_token_id")?;
+    c.qkv_bias = meta.tensor("blk.0.attn_q.bias").is_some();
+    c.o_bias = meta.tensor("blk.0.attn_output.bias").is_some();
+    c.mlp_bias = meta.tensor("blk.0.ffn_up.bias").is_some();
+    c.qk_norm = meta.tensor("blk.0.attn_q_norm.weight").is_some();
     c.validate()
-        .map_err(|ConfigIssue { field, reason }| meta.config_err(gguf_key(field), reason))?;
+        .map_err(|ConfigIssue { field, reason }| meta.config_err(&k.key_of(field), reason))?;
+    c.head_dim = Some(c.head_dim());
+    c.rope_scaling = scaling_from_metadata(&k)?;
     check_tensor_infos(meta, &c)?;
     Ok(c)
+}
+
+/// `{arch}.rope.scaling.type`: `none`, or `linear` with its factor; others are refused.
+fn scaling_from_metadata(k: &ArchKeys) -> Result<Option<RopeScaling>> {
+    let type_key = k.key("rope.scaling.type");
+    match k.meta.get_str(&type_key) {
+        None | Some("none") => Ok(None),
+        Some("linear") => {
+            let factor_key = k.key("rope.scaling.factor");
+            let factor = k
+                .meta
+                .opt_f64(&factor_key)?
+                .filter(|f| f.is_finite() && *f > 0.0)
+                .ok_or_else(|| k.meta.config_err(&factor_key, "expected a number > 0"))?;
+            Ok(Some(RopeScaling::Linear { factor }))
+        }
+        Some(t) => Err(k.meta.config_err(
+            &type_key,
+            format!("RoPE scaling `{t}` is not supported (none and linear are)"),
+        )),
+    }
+}
+
+/// Llama 3's `rope_scaling` recovered from the `rope_freqs` divisors llama.cpp's converter
+/// writes in its place (`inv_freq[i] / rope_freqs[i]`).
+///
+/// The divisors are 1 for wavelengths below `old / high_freq_factor`, `factor` above
+/// `old / low_freq_factor`, and `1 / ((1 − s)/factor + s)` between, where
+/// `s = (old/λ − low) / (high − low)` is affine in `1/λ`. `factor` is the largest divisor; two
+/// points of the band between fix the two wavelength bounds, and with `low_freq_factor` = 1 (as
+/// in every Llama 3.x release) `old` and `high_freq_factor` follow. The result is accepted only
+/// if it reproduces every divisor to 1e-5; a band with fewer than two points cannot be
+/// recovered and is refused.
+pub fn rope_scaling_from_divisors(
+    divisors: &[f64],
+    head_dim: usize,
+    theta: f64,
+) -> Option<RopeScaling> {
+    let factor = divisors.iter().copied().fold(f64::NAN, f64::max);
+    if divisors.len() != head_dim / 2 || !(factor.is_finite() && factor > 1.0) {
+        return None;
+    }
+    let inv = crate::rope::inv_freq(head_dim, theta, None);
+    // (1/λ, s) for each divisor strictly inside the band.
+    let band: Vec<(f64, f64)> = divisors
+        .iter()
+        .zip(&inv)
+        .filter(|(d, _)| **d > 1.0 + 1e-6 && **d < factor - 1e-6)
+        .map(|(d, f)| {
+            let s = (1.0 / d - 1.0 / factor) / (1.0 - 1.0 / factor);
+            (*f as f64 / (2.0 * std::f64::consts::PI), s)
+        })
+        .collect();
+    let [(x0, s0), .., (x1, s1)] = band[..] else {
+        return None;
+    };
+    // s = a·(1/λ) − b with a = old / (high − low), b = low / (high − low), low = 1.
+    let a = (s1 - s0) / (x1 - x0);
+    let b = a * x0 - s0;
+    if !(a > 0.0 && b > 0.0) {
+        return None;
+    }
+    let old = a / b;
+    // The divisors are f32: the parameters are known to about six digits, and a config states
+    // them in few (8, 4, 8192), so they are rounded there before the check below.
+    let six_digits = |x: f64| format!("{x:.5e}").parse::<f64>().unwrap_or(x);
+    let scaling = RopeScaling::Llama3 {
+        factor: six_digits(factor),
+        low_freq_factor: 1.0,
+        high_freq_factor: six_digits(1.0 + 1.0 / b),
+        original_max_position_embeddings: old.round() as usize,
+    };
+    let again = scaling.frequency_divisors(head_dim, theta);
+    let close = again
+        .iter()
+        .zip(divisors)
+        .all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs());
+    close.then_some(scaling)
 }
 
 /// The HF `config.json` equivalent of a llama.cpp Llama GGUF's metadata (see
@@ -250,7 +366,7 @@ fn check_tensor_infos(meta: &GgufMetadata, c: &LlamaConfig) -> Result<()> {
         .collect();
     if let Some(missing) = (0..c.num_hidden_layers).find(|i| !blocks.contains(i)) {
         return Err(meta.config_err(
-            "llama.block_count",
+            &format!("{}.block_count", c.family.model_type()),
             format!(
                 "{} blocks, but the file has no tensors for block {missing} (it has {} blocks)",
                 c.num_hidden_layers,
@@ -267,12 +383,13 @@ fn check_tensor_infos(meta: &GgufMetadata, c: &LlamaConfig) -> Result<()> {
     let expected = [c.hidden_size as u64, c.vocab_size as u64];
     if embd.dims != expected {
         let (field, value) = if embd.dims.get(1) != Some(&expected[1]) {
-            ("llama.vocab_size", c.vocab_size)
+            ("vocab_size", c.vocab_size)
         } else {
-            ("llama.embedding_length", c.hidden_size)
+            ("embedding_length", c.hidden_size)
         };
+        let field = format!("{}.{field}", c.family.model_type());
         return Err(meta.config_err(
-            field,
+            &field,
             format!(
                 "{value} does not match token_embd.weight, whose dims are {:?} (expected {expected:?})",
                 embd.dims
@@ -301,8 +418,10 @@ pub fn read_gguf(path: &Path) -> Result<(ModelConfig, TensorMap, GgufMetadata)> 
             dtype: t.ggml_type.name(),
         });
     }
-    let c = llama_config(meta)?;
+    let mut c = llama_config(meta)?;
     let (heads, kv_heads) = (c.num_attention_heads, c.num_key_value_heads);
+    // llama.cpp's converter permutes Q/K rows for its `llama` architecture only.
+    let permuted = c.family == DecoderFamily::Llama;
 
     let mut order: Vec<_> = meta.tensors.iter().collect();
     order.sort_by_key(|t| t.offset);
@@ -310,7 +429,9 @@ pub fn read_gguf(path: &Path) -> Result<(ModelConfig, TensorMap, GgufMetadata)> 
     for info in order {
         let mut t = file.tensor_f32(info)?;
         let name = hf_tensor_name(&info.name).unwrap_or_else(|| info.name.clone());
-        let rope_heads = if name.contains(".self_attn.q_proj.") {
+        let rope_heads = if !permuted {
+            None
+        } else if name.contains(".self_attn.q_proj.") {
             Some(heads)
         } else if name.contains(".self_attn.k_proj.") {
             Some(kv_heads)
@@ -332,5 +453,27 @@ pub fn read_gguf(path: &Path) -> Result<(ModelConfig, TensorMap, GgufMetadata)> 
         }
         map.insert(name, t);
     }
+    if let Some(freqs) = map.tensors.remove(ROPE_FREQS) {
+        c.rope_scaling = Some(scaling_from_rope_freqs(path, &freqs.data, &c)?);
+    }
     Ok((ModelConfig::Llama(c), map, file.meta))
+}
+
+/// llama.cpp's tensor of per-frequency RoPE divisors (Llama 3.1 and later).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
+fn scaling_from_rope_freqs(path: &Path, divisors: &[f32], c: &LlamaConfig) -> Result<RopeScaling> {
+    if c.rope_scaling.is_some() {
+        return Err(format_err(
+            path,
+            format!("`{ROPE_FREQS}` and a rope.scaling.type both scale RoPE"),
+        ));
+    }
+    let divisors: Vec<f64> = divisors.iter().map(|&d| d as f64).collect();
+    rope_scaling_from_divisors(&divisors, c.head_dim(), c.rope_theta).ok_or_else(|| {
+        format_err(
+            path,
+            format!("`{ROPE_FREQS}` holds divisors that no llama3 rope_scaling reproduces"),
+        )
+    })
 }

@@ -18,6 +18,6 @@ pub mod reader;
 pub use dequant::{GgmlType, dequantize};
 pub use llama::{
     hf_tensor_name, llama_config, llama_hf_config_json, permute_rope_rows, read_gguf,
-    unpermute_rope_rows,
+    rope_scaling_from_divisors, unpermute_rope_rows,
 };
 pub use reader::{DEFAULT_ALIGNMENT, GgufFile, GgufMetadata, GgufTensorInfo, GgufValue};

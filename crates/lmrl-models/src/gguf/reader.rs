@@ -93,7 +93,9 @@ impl GgufValue {
     /// The value as a float, for float and integer values.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
-            GgufValue::F32(v) => Some(v.into()),
+            // The f64 whose shortest decimal form is the f32's (1e-6, not 9.99999997e-7): the
+            // value the converter wrote before GGUF narrowed it to f32.
+            GgufValue::F32(v) => Some(v.to_string().parse().unwrap_or(v.into())),
             GgufValue::F64(v) => Some(v),
             _ => self.as_i64().map(|v| v as f64),
         }
