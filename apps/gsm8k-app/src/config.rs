@@ -21,9 +21,9 @@ pub enum PromptStyle {
     /// The same format without the exemplar: `Question: {q}\nAnswer:` (a third of the 1-shot
     /// prompt's tokens).
     ZeroShot,
-    /// SmolLM2-Instruct's chat template (the system message its template inserts, the question
-    /// as the user turn, then `<|im_start|>assistant\n`); the observer's user turn adds
-    /// `Reference: {y₁}`.
+    /// The model's own chat template with the question as the one user turn and the generation
+    /// prompt (for SmolLM2-Instruct: the system message its template inserts, the user turn,
+    /// then `<|im_start|>assistant\n`); the observer's user turn adds `Reference: {y₁}`.
     Chat,
 }
 
@@ -80,8 +80,8 @@ pub struct Gsm8kSettings {
     /// seeds are evaluated on the same questions.
     #[arg(long)]
     pub split_seed: u64,
-    /// How a question is put to the model: `one-shot` (the paper's 1-shot prompt) or `chat`
-    /// (SmolLM2-Instruct's chat template).
+    /// How a question is put to the model: `one-shot` (the paper's 1-shot prompt), `zero-shot`
+    /// or `chat` (the model's own chat template).
     #[arg(long, value_enum)]
     #[serde(default = "default_prompt_style")]
     pub prompt_style: PromptStyle,

@@ -402,10 +402,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         problems.truncate(n);
     }
     let (tok, config) = lmrl_train::load_tokenizer(&m.path)?;
+    let prompter = setup::Prompter::new(style, &tok)?;
     let (tasks, dropped) = setup::make_tasks(
         &problems,
         &tok,
-        style,
+        &prompter,
         config.max_positions(),
         max_new_tokens,
     )?;

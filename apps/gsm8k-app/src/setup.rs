@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use lmrl_data::{
     AssetCache, MathProblem, MathSource, ReadOptions, gsm8k_observer_prompt, gsm8k_pioneer_prompt,
 };
-use lmrl_models::LmTokenizer;
+use lmrl_models::{ChatMessage, ChatTemplate, LmTokenizer};
 
 use crate::config::{DataFormat, PromptStyle};
 
@@ -167,39 +167,60 @@ pub fn identities(problems: &[MathProblem]) -> BTreeSet<String> {
         .collect()
 }
 
-/// The policy's prompt for `question`.
-pub fn prompt_text(style: PromptStyle, question: &str) -> String {
-    match style {
-        PromptStyle::OneShot => gsm8k_pioneer_prompt(question),
-        PromptStyle::ZeroShot => format!("Question: {}\nAnswer:", question.trim()),
-        PromptStyle::Chat => chat_prompt(question.trim()),
-    }
+/// How questions are put to the model: a [`PromptStyle`], with the model's own chat template
+/// for [`PromptStyle::Chat`].
+#[derive(Debug, Clone)]
+pub struct Prompter {
+    style: PromptStyle,
+    chat: Option<ChatTemplate>,
 }
 
-/// CORY's observer prompt: the question with the pioneer's answer as `Reference:`.
-pub fn observer_text(style: PromptStyle, question: &str, reference: &str) -> String {
-    match style {
-        PromptStyle::OneShot => gsm8k_observer_prompt(question, reference),
-        PromptStyle::ZeroShot => format!(
-            "Question: {}\nReference: {}\nAnswer:",
-            question.trim(),
-            reference.trim()
-        ),
-        PromptStyle::Chat => chat_prompt(&format!(
-            "{}\nReference: {}",
-            question.trim(),
-            reference.trim()
-        )),
+impl Prompter {
+    /// `tok`'s chat template is required for the chat style (an error says the model has
+    /// none) and unused otherwise.
+    pub fn new(style: PromptStyle, tok: &LmTokenizer) -> Result<Self> {
+        let chat = match style {
+            PromptStyle::Chat => Some(tok.chat_template()?.with_context(|| {
+                "--prompt-style chat needs the model's chat template, and this model ships none \
+                 (no chat_template in tokenizer_config.json, no chat_template.jinja, no \
+                 tokenizer.chat_template in the GGUF)"
+            })?),
+            _ => None,
+        };
+        Ok(Self { style, chat })
     }
-}
 
-/// SmolLM2-Instruct's chat template (`tokenizer_config.json`'s `chat_template`) for one user
-/// turn with the system message it inserts when none is given, and the generation prompt.
-fn chat_prompt(user: &str) -> String {
-    format!(
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
-         Face<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-    )
+    /// The policy's prompt for `question`.
+    pub fn prompt(&self, question: &str) -> Result<String> {
+        match self.style {
+            PromptStyle::OneShot => Ok(gsm8k_pioneer_prompt(question)),
+            PromptStyle::ZeroShot => Ok(format!("Question: {}\nAnswer:", question.trim())),
+            PromptStyle::Chat => self.chat_turn(question.trim()),
+        }
+    }
+
+    /// CORY's observer prompt: the question with the pioneer's answer as `Reference:`.
+    pub fn observer(&self, question: &str, reference: &str) -> Result<String> {
+        match self.style {
+            PromptStyle::OneShot => Ok(gsm8k_observer_prompt(question, reference)),
+            PromptStyle::ZeroShot => Ok(format!(
+                "Question: {}\nReference: {}\nAnswer:",
+                question.trim(),
+                reference.trim()
+            )),
+            PromptStyle::Chat => self.chat_turn(&format!(
+                "{}\nReference: {}",
+                question.trim(),
+                reference.trim()
+            )),
+        }
+    }
+
+    /// One user turn through the model's chat template, with the generation prompt.
+    fn chat_turn(&self, user: &str) -> Result<String> {
+        let chat = self.chat.as_ref().context("no chat template")?;
+        Ok(chat.render(&[ChatMessage::user(user)], true)?)
+    }
 }
 
 /// The token sequences that end a response at one of `stops`: each string's encoding at the
@@ -237,19 +258,19 @@ pub struct MathTask {
     pub prompt_ids: Vec<u32>,
 }
 
-/// Encodes the prompt ([`prompt_text`]) of each problem and keeps those whose prompt plus
+/// Encodes the prompt ([`Prompter::prompt`]) of each problem and keeps those whose prompt plus
 /// `room` more tokens fit in the model's context. Returns the tasks and how many were dropped.
 pub fn make_tasks(
     problems: &[MathProblem],
     tok: &LmTokenizer,
-    style: PromptStyle,
+    prompter: &Prompter,
     max_positions: usize,
     room: usize,
 ) -> Result<(Vec<MathTask>, usize)> {
     let mut tasks = Vec::with_capacity(problems.len());
     let mut dropped = 0;
     for p in problems {
-        let prompt = prompt_text(style, &p.question);
+        let prompt = prompter.prompt(&p.question)?;
         let ids = tok
             .encode(&prompt)
             .with_context(|| format!("cannot tokenise the question {:?}", p.question))?;

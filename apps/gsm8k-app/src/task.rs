@@ -60,6 +60,8 @@ pub struct GsmTask {
     dataset: &'static str,
     settings: Gsm8kSettings,
     tokenizer: LmTokenizer,
+    /// Puts questions (and, for CORY's observer, the pioneer's answer) to the model.
+    prompter: setup::Prompter,
     device: Device,
     /// The ids generation stops on (EOS first).
     eos: Vec<u32>,
@@ -88,11 +90,12 @@ impl GsmTask {
         let (train_p, test_p) = setup::train_test(problems, t.test_fraction, t.split_seed)?;
         let room = context_room(cfg);
         let max_pos = env.model.max_positions();
-        let style = t.prompt_style;
-        let (train, dropped) = setup::make_tasks(&train_p, env.tokenizer, style, max_pos, room)?;
+        let prompter = setup::Prompter::new(t.prompt_style, env.tokenizer)?;
+        let (train, dropped) =
+            setup::make_tasks(&train_p, env.tokenizer, &prompter, max_pos, room)?;
         let test_p: Vec<_> = test_p.into_iter().take(t.eval_limit).collect();
         let (test, dropped_test) =
-            setup::make_tasks(&test_p, env.tokenizer, style, max_pos, t.max_new_tokens)?;
+            setup::make_tasks(&test_p, env.tokenizer, &prompter, max_pos, t.max_new_tokens)?;
         if env.rank == 0 && dropped + dropped_test > 0 {
             eprintln!(
                 "note: {dropped} training and {dropped_test} test questions skipped: their prompts \
@@ -134,6 +137,7 @@ impl GsmTask {
             dataset,
             settings: t.clone(),
             tokenizer: env.tokenizer.clone(),
+            prompter,
             device: env.device.clone(),
             eos: end_ids(env.tokenizer.eos_token_ids(), env.model.eos_token_id()),
             pad: env.pad_id,
@@ -252,11 +256,9 @@ impl Task for GsmTask {
         prompt: &Prompt<Problem>,
         pioneer_response: &str,
     ) -> std::result::Result<String, TaskError> {
-        Ok(setup::observer_text(
-            self.settings.prompt_style,
-            &prompt.context.question,
-            &reference_text(pioneer_response),
-        ))
+        self.prompter
+            .observer(&prompt.context.question, &reference_text(pioneer_response))
+            .map_err(|e| e.into_boxed_dyn_error())
     }
 
     /// Pure sampling at the configured temperature (TRL's `top_k=0, top_p=1.0,

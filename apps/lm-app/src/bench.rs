@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// Also benchmark this model (HF directory or .gguf), e.g. SmolLM2-135M.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Also benchmark a randomly initialised model of this HF `config.json`'s shape (speed does
+    /// not depend on the weights' values), e.g. `apps/lm-app/shapes/qwen2.5-1.5b.json`.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Skip the random-init GPT-2 small model.
     #[arg(long)]
     skip_gpt2: bool,
@@ -265,6 +269,17 @@ pub fn run(args: &BenchArgs, device: &Device) -> Result<()> {
         let train = AutoLm::init(&cfg, &ad);
         let infer = train.valid();
         let r = bench_model("gpt2-small-random", &infer, &train, args, device)?;
+        println!("{r}");
+    }
+    if let Some(path) = &args.config {
+        let cfg = ModelConfig::from_file(path)?;
+        let train = AutoLm::init(&cfg, &ad);
+        let infer = train.valid();
+        let name = path.file_stem().map_or_else(
+            || path.display().to_string(),
+            |n| format!("{}-random", n.to_string_lossy()),
+        );
+        let r = bench_model(&name, &infer, &train, args, device)?;
         println!("{r}");
     }
     if let Some(path) = &args.model {

@@ -90,6 +90,10 @@ struct GenerateArgs {
     /// A text prompt; repeat for a batch.
     #[arg(long, required_unless_present = "input")]
     prompt: Vec<String>,
+    /// Put each prompt to the model as one user turn of its own chat template, with the
+    /// generation prompt (transformers' `apply_chat_template(..., add_generation_prompt=True)`).
+    #[arg(long, conflicts_with = "input")]
+    chat: bool,
     /// Greedy decoding (argmax); otherwise sample with the options below.
     #[arg(long)]
     greedy: bool,
@@ -111,7 +115,7 @@ struct GenerateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Stop token; default: the model config's eos_token_id.
+    /// Stop token; default: every EOS id the model lists (generation_config.json, config.json).
     #[arg(long)]
     eos_token_id: Option<u32>,
     /// Never stop early at EOS.
@@ -313,11 +317,22 @@ fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
     }
     // The tokenizer checked against the model: an id past its embedding table is refused here.
     let (tok, _) = lmrl_train::load_tokenizer(&args.model)?;
+    let chat =
+        match args.chat {
+            true => Some(tok.chat_template()?.with_context(|| {
+                format!("--chat: {} ships no chat template", args.model.display())
+            })?),
+            false => None,
+        };
     let prompts = args
         .prompt
         .iter()
         .map(|p| {
-            tok.encode(p)
+            let text = match &chat {
+                Some(t) => t.render(&[lmrl_models::ChatMessage::user(p.as_str())], true)?,
+                None => p.clone(),
+            };
+            tok.encode(&text)
                 .with_context(|| format!("encoding prompt {p:?}"))
         })
         .collect::<Result<Vec<_>>>()?;

@@ -1,16 +1,19 @@
 //! Causal language models in burn for RL fine-tuning.
 //!
 //! - [`CausalLm`]: the trait generation, scoring, the value head, LoRA and the RL learners are
-//!   written against. GPT-2 ([`Gpt2LmHeadModel`]) and Llama ([`LlamaForCausalLm`]) implement
-//!   it; so can any other architecture, without an edit here ([`attention`] has the pieces
-//!   GPT-2 and Llama share).
-//! - [`AutoLm`]: what the loaders return — a GPT-2 or Llama read from a Hugging Face directory
-//!   (`config.json` + safetensors) or a GGUF file ([`AutoLm::from_pretrained`]); saved back in
-//!   Hugging Face format through [`Pretrained::save_pretrained`].
+//!   written against. GPT-2 ([`Gpt2LmHeadModel`]) and the Llama family ([`LlamaForCausalLm`]:
+//!   Llama 2/3.x, SmolLM2, and Mistral, Qwen2/Qwen2.5 and Qwen3, whose differences are options of
+//!   [`LlamaConfig`] set by [`DecoderFamily`]) implement it; so can any other architecture,
+//!   without an edit here ([`attention`] has the pieces GPT-2 and Llama share).
+//! - [`AutoLm`]: what the loaders return — a model read from a Hugging Face directory
+//!   (`config.json` + safetensors, sharded or not, f32/f16/bf16) or a GGUF file
+//!   ([`AutoLm::from_pretrained`]); saved back in Hugging Face format through
+//!   [`Pretrained::save_pretrained`].
 //! - [`generate`]: batched sampling with a KV cache, as HF `generate`; [`score`] /
 //!   [`score_reference`]: TRL's `batched_forward_pass` at the response tokens.
 //! - [`LmWithValueHead`]: TRL's `AutoModelForCausalLMWithValueHead`; [`apply_lora`]: LoRA
-//!   adapters; [`LmTokenizer`]: GPT-2 BPE, `tokenizer.json` and GGUF vocabularies.
+//!   adapters; [`LmTokenizer`]: GPT-2 BPE, `tokenizer.json` and GGUF vocabularies, with the
+//!   model's EOS ids and [`ChatTemplate`] (rendered as transformers' `apply_chat_template`).
 //! - [`retain_freed_memory`]: what a CPU-backend program calls first in `main`, so that tensor
 //!   buffers are reused instead of page-faulted in anew each step.
 mod activation;

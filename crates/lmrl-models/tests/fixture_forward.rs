@@ -857,3 +857,49 @@ fn missing_shard_is_named() {
         Ok(_) => panic!("loaded without a shard"),
     }
 }
+
+/// LoRA on every projection and the value head work on each decoder family as on Llama: zero
+/// `B` leaves the logits unchanged, trained `B` changes them and merges back exactly (biases
+/// and q/k norms kept), and the value head reads the family's hidden states.
+#[test]
+fn lora_and_value_head_work_on_each_decoder_family() {
+    let dev = device();
+    let (ids, mask) = small_batch(&dev);
+    let m = vec![vec![1; 4]; 2];
+    for name in DECODERS {
+        let base = AutoLm::from_pretrained(&fixture(name), &dev).expect("load");
+        let want = base.forward_simple(ids.clone(), mask.clone()).logits;
+        let adapted =
+            apply_lora(base.clone(), &LoraConfig::attention_and_mlp(4, 8.0)).expect("lora");
+        assert!(lora_parameter_count(&adapted) > 0, "{name}: no adapters");
+        let got = adapted.forward_simple(ids.clone(), mask.clone()).logits;
+        assert_eq!(max_diff_masked(&want, &got, &m), 0.0, "{name}: zero B");
+        let adapted = randomize_b(adapted, 4);
+        let lora_out = adapted.forward_simple(ids.clone(), mask.clone()).logits;
+        assert!(
+            max_diff_masked(&want, &lora_out, &m) > 1e-3,
+            "{name}: no effect"
+        );
+        let merged = merge_lora(adapted);
+        let merged_out = merged.forward_simple(ids.clone(), mask.clone()).logits;
+        assert!(
+            max_diff_masked(&lora_out, &merged_out, &m) < 1e-5,
+            "{name}: merge"
+        );
+        roundtrip(
+            &merged,
+            &format!("{}-merged", name.trim_start_matches("decoders/")),
+        );
+
+        let hidden = base.config().hidden_size();
+        let model = LmWithValueHead::new(base, ValueHeadInit::Default, &dev);
+        let (logits, values) = model.forward(ids.clone(), mask.clone());
+        assert_eq!(logits.dims()[2], 1000, "{name}");
+        assert_eq!(values.dims(), [2, 4], "{name}");
+        assert_eq!(
+            model.v_head.summary.weight.val().dims(),
+            [hidden, 1],
+            "{name}"
+        );
+    }
+}

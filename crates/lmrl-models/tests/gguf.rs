@@ -1021,3 +1021,23 @@ fn smollm2_greedy_continues_with_paris() {
     );
     assert!(text.starts_with(" Paris"), "continuation {text:?}");
 }
+
+/// SmolLM2-Instruct's own chat template (the GGUF's `tokenizer.chat_template`) gives the prompt
+/// transformers gives for one user turn: the system message the template inserts, the turn,
+/// and the generation prompt.
+#[test]
+fn smollm2_chat_template_renders_its_prompt() {
+    let tok = lmrl_models::LmTokenizer::load_for_model(&smollm2_path()).expect("tokenizer");
+    let chat = tok
+        .chat_template()
+        .expect("compiles")
+        .expect("SmolLM2 ships a template");
+    let got = chat
+        .render(&[lmrl_models::ChatMessage::user("What is 2 + 2?")], true)
+        .expect("renders");
+    assert_eq!(
+        got,
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    );
+}

@@ -414,6 +414,53 @@ fn save_and_reload_round_trip() {
     assert_eq!(g2.eos_token_id(), Some(50256));
 }
 
+/// Every EOS id a checkpoint lists (`generation_config.json` as transformers wrote it for
+/// the llama3-tiny fixture: [2, 5, 7]) ends a generation, and a saved tokenizer keeps them and
+/// its chat template.
+#[test]
+fn eos_lists_and_chat_templates_survive_save_and_load() {
+    let fixture = repo_root().join("tests/fixtures/decoders/llama3-tiny");
+    let text = std::fs::read_to_string(fixture.join("expected.json")).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let want: Vec<u32> = expected["generation_eos_token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let dir = tmp_dir("eos-list");
+    let tok = LmTokenizer::from_gguf(&tiny_meta("smollm"), Path::new("tiny.gguf")).unwrap();
+    tok.save(&dir).unwrap();
+    // The checkpoint's own files beside the tokenizer, and a chat template.
+    for f in ["config.json", "generation_config.json"] {
+        std::fs::copy(fixture.join(f), dir.join(f)).unwrap();
+    }
+    let tc = dir.join("tokenizer_config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tc).unwrap()).unwrap();
+    cfg["chat_template"] =
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}".into();
+    std::fs::write(&tc, cfg.to_string()).unwrap();
+    let tok = LmTokenizer::load_for_model(&dir).unwrap();
+    let ids = tok.eos_token_ids();
+    assert_eq!(ids[0], 0, "the tokenizer's own EOS first");
+    for id in &want {
+        assert!(ids.contains(id), "{id} is in {ids:?}");
+    }
+    let render = |t: &LmTokenizer| {
+        let chat = t.chat_template().unwrap().expect("template");
+        chat.render(&[lmrl_models::ChatMessage::user("hi")], true)
+            .unwrap()
+    };
+    let first = render(&tok);
+    let again = tmp_dir("eos-list-saved");
+    tok.save(&again).unwrap();
+    let back = LmTokenizer::load_for_model(&again).unwrap();
+    assert_eq!(back.eos_token_ids(), tok.eos_token_ids());
+    assert_eq!(render(&back), first);
+    assert!(first.ends_with("[user]hi"), "{first}");
+}
+
 fn smollm2_path() -> PathBuf {
     asset("smollm2-135m")
 }

