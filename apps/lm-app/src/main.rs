@@ -73,6 +73,9 @@ enum Command {
         /// Output directory (created; files are written atomically).
         #[arg(long)]
         out: PathBuf,
+        /// Write config.json and the weights only, for a model that comes without a tokenizer.
+        #[arg(long)]
+        weights_only: bool,
     },
 }
 
@@ -145,7 +148,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::Logits { model, input, out } => logits(&model, &input, &out, &device),
         Command::Generate(args) => generate_cmd(&args, &device),
         Command::Bench(args) => bench::run(&args, &device),
-        Command::Convert { model, out } => convert(&model, &out, &device),
+        Command::Convert {
+            model,
+            out,
+            weights_only,
+        } => convert(&model, &out, weights_only, &device),
     }
 }
 
@@ -168,16 +175,23 @@ fn check_finite<'a>(
     Ok(())
 }
 
-fn convert(model: &Path, out: &Path, device: &Device) -> Result<()> {
+fn convert(model: &Path, out: &Path, weights_only: bool, device: &Device) -> Result<()> {
     let lm = AutoLm::from_pretrained(model, device)
         .with_context(|| format!("loading model {}", model.display()))?;
-    let tok = LmTokenizer::load_for_model(model)
-        .with_context(|| format!("loading the tokenizer of {}", model.display()))?;
+    let tok = match weights_only {
+        true => None,
+        false => Some(
+            LmTokenizer::load_for_model(model)
+                .with_context(|| format!("loading the tokenizer of {}", model.display()))?,
+        ),
+    };
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     lm.save_pretrained(out)
         .with_context(|| format!("writing the model to {}", out.display()))?;
-    tok.save(out)
-        .with_context(|| format!("writing the tokenizer to {}", out.display()))?;
+    if let Some(tok) = tok {
+        tok.save(out)
+            .with_context(|| format!("writing the tokenizer to {}", out.display()))?;
+    }
     eprintln!("wrote {}", out.display());
     Ok(())
 }
