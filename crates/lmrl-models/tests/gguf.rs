@@ -164,7 +164,7 @@ fn q4_0_f16_bf16_hand_computed() {
     assert_eq!(dequantize(GgmlType::BF16, &b, 2).unwrap(), vec![3.0, -0.5]);
     // A byte count that does not match the element count is refused, not read past.
     assert!(dequantize(GgmlType::Q4_1, &blk, 32).is_none());
-    assert!(dequantize(GgmlType::Other(12), &blk, 32).is_none());
+    assert!(dequantize(GgmlType::Other(23), &blk, 32).is_none());
 }
 
 #[test]
@@ -503,24 +503,24 @@ fn tensor_outside_data_section_is_an_error() {
 fn unsupported_type_names_tensor_and_type() {
     let (bytes, _) = llama_tiny_gguf(3);
     let mut f = GgufFile::parse(Path::new("tiny.gguf"), bytes).unwrap();
-    // Relabel one tensor as Q4_K (ggml type 12); its bytes are never interpreted.
+    // Relabel one tensor as IQ4_XS (ggml type 23); its bytes are never interpreted.
     let idx = f
         .meta
         .tensors
         .iter()
         .position(|t| t.name == "blk.1.ffn_up.weight")
         .unwrap();
-    f.meta.tensors[idx].ggml_type = GgmlType::from_u32(12);
+    f.meta.tensors[idx].ggml_type = GgmlType::from_u32(23);
     let info = f.meta.tensors[idx].clone();
     match f.tensor_f32(&info) {
         Err(ModelError::UnsupportedDtype { tensor, dtype, .. }) => {
             assert_eq!(tensor, "blk.1.ffn_up.weight");
-            assert!(dtype.contains("Q4_K"), "{dtype}");
+            assert!(dtype.contains("IQ4_XS"), "{dtype}");
         }
         other => panic!("expected UnsupportedDtype, got {other:?}"),
     }
 
-    // Through read_gguf on a file: a Q6_K tensor (type 14) is reported by name.
+    // Through read_gguf on a file: an IQ4_XS tensor (type 23) is reported by name.
     let mut b = GgufBuilder::new();
     b.kv("general.architecture", Val::Str("llama".into()))
         .kv("llama.context_length", Val::U32(16))
@@ -530,13 +530,13 @@ fn unsupported_type_names_tensor_and_type() {
         .kv("llama.attention.head_count", Val::U32(2))
         .kv("llama.attention.layer_norm_rms_epsilon", Val::F32(1e-5))
         .kv("llama.vocab_size", Val::U32(4));
-    b.raw_tensor("blk.0.ffn_down.weight", &[8, 256], 14, vec![0u8; 8 * 210]);
-    let path = tmp_file("q6k.gguf", &b.build());
+    b.raw_tensor("blk.0.ffn_down.weight", &[8, 256], 23, vec![0u8; 8 * 136]);
+    let path = tmp_file("iq4xs.gguf", &b.build());
     match read_gguf(&path) {
         Err(e @ ModelError::UnsupportedDtype { .. }) => {
             let msg = e.to_string();
             assert!(
-                msg.contains("blk.0.ffn_down.weight") && msg.contains("Q6_K"),
+                msg.contains("blk.0.ffn_down.weight") && msg.contains("IQ4_XS"),
                 "{msg}"
             );
         }
@@ -701,14 +701,14 @@ fn out_of_domain_metadata_is_a_config_error_naming_the_key() {
 
 #[test]
 fn unsupported_tensor_type_anywhere_in_the_file_is_named() {
-    // The Q6_K tensor comes last in the file, after every tensor the model uses.
+    // The IQ4_XS tensor comes last in the file, after every tensor the model uses.
     let (mut b, _) = llama_tiny_builder();
-    b.raw_tensor("rope_freqs.weight", &[256], 14, vec![0u8; 210]);
-    let path = tmp_file("late-q6k.gguf", &b.build());
+    b.raw_tensor("rope_freqs.weight", &[256], 23, vec![0u8; 136]);
+    let path = tmp_file("late-iq4xs.gguf", &b.build());
     match read_gguf(&path) {
         Err(ModelError::UnsupportedDtype { tensor, dtype, .. }) => {
             assert_eq!(tensor, "rope_freqs.weight");
-            assert!(dtype.starts_with("Q6_K"), "{dtype}");
+            assert!(dtype.starts_with("IQ4_XS"), "{dtype}");
         }
         other => panic!("expected UnsupportedDtype, got {:?}", other.map(|_| ())),
     }

@@ -322,12 +322,7 @@ impl GgufFile {
     /// The raw bytes of one tensor. Bounds were checked when the header was parsed and are
     /// checked again here, since `meta` is public and may have been edited.
     pub fn tensor_bytes(&self, info: &GgufTensorInfo) -> Result<Cow<'_, [u8]>> {
-        let len = info
-            .dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .and_then(|n| info.ggml_type.byte_size(n))
-            .ok_or_else(|| self.unsupported(info))?;
+        let len = tensor_len(&self.meta.path, info)?.ok_or_else(|| self.unsupported(info))?;
         let file_len = match &self.data {
             Data::Memory(b) => b.len() as u64,
             Data::File { len, .. } => *len,
@@ -375,8 +370,20 @@ impl GgufFile {
     /// Dequantises one tensor to f32, keeping llama.cpp's name and giving a row-major shape.
     pub fn tensor_f32(&self, info: &GgufTensorInfo) -> Result<RawTensor> {
         let bytes = self.tensor_bytes(info)?;
-        let data = dequantize(info.ggml_type, &bytes, info.num_elements())
-            .ok_or_else(|| self.unsupported(info))?;
+        // `tensor_bytes` refused unsupported types and gave exactly the tensor's size, so a
+        // refusal here can only be a byte count that does not match the element count.
+        let n = info.num_elements();
+        let data = dequantize(info.ggml_type, &bytes, n).ok_or_else(|| {
+            format_err(
+                &self.meta.path,
+                format!(
+                    "tensor `{}` ({}): {} bytes do not hold {n} elements",
+                    info.name,
+                    info.ggml_type.name(),
+                    bytes.len()
+                ),
+            )
+        })?;
         Ok(RawTensor::new(info.shape(), data))
     }
 
@@ -402,6 +409,48 @@ fn open_header(path: &Path) -> Result<(GgufMetadata, File, u64)> {
     let mut reader = BufReader::with_capacity(HEADER_BUF_BYTES, file);
     let meta = parse_header(path, &mut reader, len)?;
     Ok((meta, reader.into_inner(), len))
+}
+
+/// Bytes of `t`'s data, or `None` for a type this reader cannot dequantise (its block layout,
+/// and so its extent, is unknown). Dims whose product overflows, and a row (`ne[0]`) that is
+/// not a whole number of the type's blocks (ggml quantises row by row), are format errors
+/// naming the tensor.
+fn tensor_len(path: &Path, t: &GgufTensorInfo) -> Result<Option<u64>> {
+    let n = t
+        .dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| usize::try_from(n).is_ok())
+        .ok_or_else(|| {
+            format_err(
+                path,
+                format!("tensor `{}` has implausible dims {:?}", t.name, t.dims),
+            )
+        })?;
+    let Some((elems, _)) = t.ggml_type.block_layout() else {
+        return Ok(None);
+    };
+    let row = t.dims.first().copied().unwrap_or(1);
+    if !row.is_multiple_of(elems as u64) {
+        return Err(format_err(
+            path,
+            format!(
+                "tensor `{}` ({}) row length {row} is not a multiple of the block size {elems}",
+                t.name,
+                t.ggml_type.name(),
+            ),
+        ));
+    }
+    t.ggml_type.byte_size(n).map(Some).ok_or_else(|| {
+        format_err(
+            path,
+            format!(
+                "tensor `{}` ({}) of {n} elements is too large",
+                t.name,
+                t.ggml_type.name()
+            ),
+        )
+    })
 }
 
 pub(crate) fn format_err(path: &Path, reason: impl Into<String>) -> ModelError {
@@ -682,17 +731,7 @@ fn parse_header(path: &Path, src: &mut impl Read, len: u64) -> Result<GgufMetada
         if !seen.insert(t.name.as_str()) {
             return Err(format_err(path, format!("duplicate tensor `{}`", t.name)));
         }
-        let n = t
-            .dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| usize::try_from(n).is_ok())
-            .ok_or_else(|| {
-                format_err(
-                    path,
-                    format!("tensor `{}` has implausible dims {:?}", t.name, t.dims),
-                )
-            })?;
+        let size = tensor_len(path, t)?;
         if !t.offset.is_multiple_of(alignment) {
             return Err(format_err(
                 path,
@@ -704,31 +743,18 @@ fn parse_header(path: &Path, src: &mut impl Read, len: u64) -> Result<GgufMetada
         }
         // Unsupported types are only an error if someone asks for the tensor; their extent
         // cannot be checked without knowing their block layout.
-        if let Some((elems, _)) = t.ggml_type.block_layout() {
-            if !t.dims[0].is_multiple_of(elems as u64) {
-                return Err(format_err(
-                    path,
-                    format!(
-                        "tensor `{}` ({}) row length {} is not a multiple of the block size {elems}",
-                        t.name,
-                        t.ggml_type.name(),
-                        t.dims[0]
-                    ),
-                ));
-            }
-            let size = t.ggml_type.byte_size(n);
-            let end = size.and_then(|s| t.offset.checked_add(s));
-            if end.is_none_or(|e| e > data_len) {
-                return Err(format_err(
-                    path,
-                    format!(
-                        "truncated: tensor `{}` needs bytes {}..{} of the data section, which has {data_len}",
-                        t.name,
-                        t.offset,
-                        t.offset.saturating_add(size.unwrap_or(u64::MAX))
-                    ),
-                ));
-            }
+        if let Some(size) = size
+            && t.offset.checked_add(size).is_none_or(|e| e > data_len)
+        {
+            return Err(format_err(
+                path,
+                format!(
+                    "truncated: tensor `{}` needs bytes {}..{} of the data section, which has {data_len}",
+                    t.name,
+                    t.offset,
+                    t.offset.saturating_add(size)
+                ),
+            ));
         }
     }
 
