@@ -9,11 +9,14 @@
 //!   converter stored it from the model's HF tokenizer.
 use std::path::{Path, PathBuf};
 
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::normalizers::unicode::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
 
@@ -21,6 +24,14 @@ use crate::chat::ChatTemplate;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufMetadata;
 use crate::loader::write_atomic;
+
+/// The pre-tokenisation regex of Qwen2/Qwen2.5/Qwen3's `tokenizer.json` (llama.cpp: `qwen2`):
+/// single digits, letters with one leading non-letter, line breaks kept with the punctuation
+/// before them.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Llama 3's (llama.cpp: `llama-bpe`): the same with digits in groups of up to three.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GPT-2's only special token, which is its BOS, EOS and (in TRL) padding token.
 pub const GPT2_EOS: &str = "<|endoftext|>";
@@ -205,7 +216,9 @@ impl LmTokenizer {
     /// user-defined tokens (type 4), which become plain added tokens. `tokenizer.ggml.pre` names
     /// the pre-tokenisation: `smollm` is llama.cpp's name for SmolLM's HF pipeline, which
     /// isolates every digit (`\p{N}`) before GPT-2's regex (HF: `Digits(individual_digits)` then
-    /// `ByteLevel`); `gpt-2`/`default` is GPT-2's regex alone. BOS is prepended when
+    /// `ByteLevel`); `gpt-2`/`default` is GPT-2's regex alone; `qwen2` (NFC, then Qwen2's split
+    /// regex, then the byte mapping) and `llama-bpe` (Llama 3's split regex, then the byte
+    /// mapping) are those models' `tokenizer.json` pipelines. BOS is prepended when
     /// `tokenizer.ggml.add_bos_token` is true.
     pub fn from_gguf(meta: &GgufMetadata, path: &Path) -> Result<Self> {
         let model = meta.get_str("tokenizer.ggml.model").unwrap_or("");
@@ -242,16 +255,32 @@ impl LmTokenizer {
         let mut inner = Tokenizer::new(bpe);
 
         let pre = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        let split_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
+            let split = Split::new(
+                SplitPattern::Regex(pattern.to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| tok_err(path, e))?;
+            let bytes = ByteLevel::new(false, false, false);
+            Ok(Sequence::new(vec![split.into(), bytes.into()]).into())
+        };
         let pre_tok: PreTokenizerWrapper = match pre {
             "default" | "gpt-2" | "gpt2" => gpt2_byte_level().into(),
             "smollm" => {
                 Sequence::new(vec![Digits::new(true).into(), gpt2_byte_level().into()]).into()
             }
+            "qwen2" => {
+                inner.with_normalizer(Some(NFC));
+                split_then_bytes(QWEN2_SPLIT)?
+            }
+            "llama-bpe" => split_then_bytes(LLAMA3_SPLIT)?,
             other => {
                 return Err(tok_err(
                     path,
                     format!(
-                        "tokenizer.ggml.pre `{other}` is not supported (gpt-2, default, smollm are)"
+                        "tokenizer.ggml.pre `{other}` is not supported (gpt-2, default, smollm, \
+                         qwen2, llama-bpe are)"
                     ),
                 ));
             }
