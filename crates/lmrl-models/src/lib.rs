@@ -54,6 +54,8 @@ pub use cache::{KvCache, LayerKv};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{DecoderFamily, Gpt2Config, LlamaConfig, ModelConfig};
 pub use error::{ModelError, Result};
+#[cfg(feature = "flex")]
+pub use fused::simd_allowed as simd_kernels_allowed;
 pub use generation::{Generation, generate, left_pad, validate_prompts};
 pub use gpt2::{Gpt2Attention, Gpt2Block, Gpt2LmHeadModel, Gpt2Mlp};
 pub use host_memory::retain_freed_memory;

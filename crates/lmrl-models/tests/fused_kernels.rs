@@ -396,3 +396,11 @@ fn attention_softmax_matches_the_composite_with_gradients() {
     let dg = max_abs_diff(g_f, g_c);
     assert!(dg < 1e-5, "gradients: {dg}");
 }
+
+/// `LMRL_PORTABLE_KERNELS=1` (CI runs this file once with it) turns the x86 SIMD kernels off, so
+/// every test here then checks the portable code against burn's ops.
+#[test]
+fn the_portable_switch_is_honoured() {
+    let portable = std::env::var("LMRL_PORTABLE_KERNELS").is_ok_and(|v| !v.is_empty() && v != "0");
+    assert_eq!(lmrl_models::simd_kernels_allowed(), !portable);
+}

@@ -13,7 +13,8 @@ macro_rules! with_avx2 {
                 unsafe fn avx2($($a: $t),*) $(-> $r)? {
                     $generic($($a),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx2")
+                if crate::fused::simd_allowed()
+                    && std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
                 {
                     // SAFETY: the CPU has the features `avx2` is compiled for.

@@ -320,7 +320,9 @@ mod simd {
     const PREFETCH_ROWS: usize = 16;
 
     pub fn available() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        crate::fused::simd_allowed()
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
     }
 
     /// Evaluates `$tile` (a tile call written with `$R` rows starting at row `$r` and column

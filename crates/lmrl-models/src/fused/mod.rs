@@ -56,6 +56,16 @@ pub trait FusedOps: Backend {
     fn fused_gather_columns(x: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
 }
 
+/// Whether the x86 SIMD code (the AVX2 + FMA builds of the row kernels, the few-row matrix
+/// kernels) may run. `LMRL_PORTABLE_KERNELS=1` in the environment turns it off for the process,
+/// so that the portable code every other CPU runs is what gets executed and tested on this one.
+pub fn simd_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| {
+        std::env::var("LMRL_PORTABLE_KERNELS").map_or(true, |v| v.is_empty() || v == "0")
+    })
+}
+
 /// Elements handed to one rayon task: enough to amortise waking a worker, few enough that two
 /// cores share a layer's activations evenly.
 const TASK_ELEMENTS: usize = 1 << 15;
