@@ -208,3 +208,20 @@ fn packed_gpt2_training_forward_is_the_padded_one() {
 fn packed_llama_training_forward_is_the_padded_one() {
     check_against_padded("llama-tiny");
 }
+
+/// The Llama-family fixtures (Qwen2 with biases, Qwen3 with per-head q/k norms, Llama 3 RoPE
+/// scaling, Mistral's head width): the packed scoring forward against transformers' logits,
+/// and the packed training forward against the padded one (values and gradients).
+#[test]
+fn packed_forward_of_each_decoder_family() {
+    for name in [
+        "decoders/qwen2-tiny",
+        "decoders/qwen3-tiny",
+        "decoders/llama3-tiny",
+        "decoders/llama-linear-bias",
+        "decoders/mistral-tiny",
+    ] {
+        check_against_transformers(name);
+        check_against_padded(name);
+    }
+}
