@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use lmrl_models::{
     AutoLm, CausalLm, GenerationConfig, LmTokenizer, Pretrained, Sampling, generate,
 };
@@ -124,7 +124,11 @@ struct GenerateArgs {
 
 fn main() -> ExitCode {
     lmrl_models::retain_freed_memory();
-    let cli = Cli::parse();
+    let matches = lmrl_train::checked_integers(Cli::command()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -32,9 +32,9 @@ pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
 };
 pub use settings::{
-    Algo, CONFIG_FILE, Config, LearnerAlgo, RESUMABLE, Resolved, RunArgs, RunSettings, Section,
-    app_sections, in_section, read_config, resolve, resolve_with, section, section_prefixed,
-    to_toml, validate_learners, with_defaults,
+    Algo, CONFIG_FILE, Config, LearnerAlgo, MAX_INTEGER_SETTING, RESUMABLE, Resolved, RunArgs,
+    RunSettings, Section, app_sections, checked_integers, in_section, read_config, resolve,
+    resolve_with, section, section_prefixed, to_toml, validate_learners, with_defaults,
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};
