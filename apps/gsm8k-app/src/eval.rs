@@ -313,6 +313,7 @@ fn resolve_model(
             ckpt.display()
         );
     }
+    lmrl_train::verify_model(&path)?;
     Ok(EvalModel {
         path,
         run_config,

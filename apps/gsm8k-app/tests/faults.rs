@@ -395,6 +395,74 @@ fn resume_falls_back_to_the_older_checkpoint() {
     assert_same_run(&full, &out, 4, 4, &["policy"]);
 }
 
+/// Bytes changed inside a checkpoint, its file lengths kept (what no format check can see: the
+/// weights still load, with other numbers), are found by the checkpoint's checksums: `--resume`
+/// says which file and falls back to the older checkpoint, ending as the run never damaged;
+/// loading the damaged copy as `--model` is refused naming the file. A checkpoint without
+/// checksums (written before they existed) still resumes, with a note saying it is unchecked.
+#[test]
+fn silent_corruption_is_found_by_the_checksums() {
+    let t = tiny();
+    let flags = |n: &'static str| {
+        [
+            ("--iterations", n),
+            ("--checkpoint-every", "1"),
+            ("--keep-checkpoints", "2"),
+        ]
+    };
+    let full = t.dir.path().join("full");
+    run_ok(&mut train_cmd(&t, "ppo", &full, &flags("4")));
+    let out = t.dir.path().join("part");
+    run_ok(&mut train_cmd(&t, "ppo", &out, &flags("3")));
+    let newest = out.join("checkpoints/iter-000003");
+    assert!(newest.join(lmrl_runs::MANIFEST_FILE).is_file());
+    let weights = newest.join("policy/model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let at = bytes.len() * 2 / 3;
+    for b in &mut bytes[at..at + 4] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&weights, &bytes).unwrap();
+
+    let (code, err) = run_err(
+        bin()
+            .args(["eval", "--model"])
+            .arg(newest.join("policy"))
+            .arg("--cache-dir")
+            .arg(t.dir.path().join("cache")),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("policy/model.safetensors") && err.contains("checksum"),
+        "{err}"
+    );
+
+    let o = run_ok(&mut resume_cmd(&t, &out, 4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("checkpoints/iter-000003 cannot be restored")
+            && err.contains("policy/model.safetensors does not match its checksum"),
+        "{err}"
+    );
+    assert!(
+        err.contains("resuming from the older checkpoint")
+            && err.contains("checkpoints/iter-000002 instead"),
+        "{err}"
+    );
+    assert!(out.join("checkpoints/unusable-iter-000003").is_dir());
+    assert_same_run(&full, &out, 4, 4, &["policy"]);
+
+    let newest = out.join("checkpoints/iter-000004");
+    std::fs::remove_file(newest.join(lmrl_runs::MANIFEST_FILE)).unwrap();
+    let o = run_ok(&mut resume_cmd(&t, &out, 4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("iter-000004 has no checksums.xxh128") && err.contains("not verified"),
+        "{err}"
+    );
+    assert_same_run(&full, &out, 4, 4, &["policy"]);
+}
+
 /// A run whose data or model cannot be read fails naming it and creates no `--out`.
 #[test]
 fn a_run_that_cannot_start_creates_nothing() {

@@ -21,6 +21,7 @@ fn model_dir(arg: &str, agent: &str, cache: &lmrl_data::AssetCache) -> Result<Pa
     {
         for name in [agent, "policy"] {
             if latest.join(name).join("config.json").is_file() {
+                lmrl_train::verify_model(&latest.join(name))?;
                 return Ok(latest.join(name));
             }
         }

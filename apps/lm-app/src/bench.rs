@@ -300,6 +300,7 @@ pub fn run(args: &BenchArgs, device: &Device) -> Result<()> {
     // file or flag is refused at once, not after the GPT-2 benchmark.
     let model = match &args.model {
         Some(path) => {
+            lmrl_train::verify_model(path)?;
             let train = AutoLm::from_pretrained(path, &ad)
                 .with_context(|| format!("loading model {}", path.display()))?;
             let name = path.file_name().map_or_else(

@@ -168,9 +168,16 @@ fn check_finite<'a>(
     Ok(())
 }
 
+/// The model at `path`, checked first against its checkpoint's checksums when it is part of a
+/// training run's checkpoint.
+fn load_lm(path: &Path, device: &Device) -> Result<AutoLm> {
+    lmrl_train::verify_model(path)?;
+    Ok(AutoLm::from_pretrained(path, device)?)
+}
+
 fn convert(model: &Path, out: &Path, device: &Device) -> Result<()> {
-    let lm = AutoLm::from_pretrained(model, device)
-        .with_context(|| format!("loading model {}", model.display()))?;
+    let lm =
+        load_lm(model, device).with_context(|| format!("loading model {}", model.display()))?;
     let tok = LmTokenizer::load_for_model(model)
         .with_context(|| format!("loading the tokenizer of {}", model.display()))?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -225,8 +232,8 @@ fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()>
         let rows: Vec<&[f32]> = flat.chunks(l.max(1)).take(b).collect();
         return io::write_json(out, &serde_json::json!({ "logits": rows }));
     }
-    let lm = AutoLm::from_pretrained(model, device)
-        .with_context(|| format!("loading model {}", model.display()))?;
+    let lm =
+        load_lm(model, device).with_context(|| format!("loading model {}", model.display()))?;
     let config = lm.config();
     io::check_ids(
         &batch.input_ids,
@@ -279,7 +286,7 @@ fn generation_config(args: &GenerateArgs, model_eos: Option<u32>) -> GenerationC
 }
 
 fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
-    let lm = AutoLm::from_pretrained(&args.model, device)
+    let lm = load_lm(&args.model, device)
         .with_context(|| format!("loading model {}", args.model.display()))?;
     let config = lm.config();
     if let Some(input) = &args.input {

@@ -24,7 +24,10 @@ mod task;
 mod trainer;
 
 pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
-pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset};
+pub use assets::{
+    asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset, verify_checkpoint,
+    verify_model,
+};
 pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, LearnerSettings, POLICY, lora_targets};
 pub use device::{backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError, setting};
