@@ -287,6 +287,85 @@ fn sigterm_and_sighup_stop_with_a_checkpoint_and_resume_exactly() {
     assert_eq!(leftovers(&out), Vec::<String>::new());
 }
 
+/// A stop signal that arrives while a checkpoint is being written stops the run right after
+/// that save: the checkpoint holds every iteration done, none is started and lost (the stop
+/// flag used to be read only before the save, so the run went on for one more iteration).
+#[test]
+fn a_signal_during_a_save_stops_right_after_it() {
+    let t = tiny();
+    const TOTAL: usize = 4;
+    let flags = [("--iterations", "4"), ("--checkpoint-every", "1")];
+    let full = t.dir.path().join("full");
+    run_ok(&mut train_cmd(&t, "ppo", &full, &flags));
+    let mut caught = 0;
+    for attempt in 0..4 {
+        let out = t.dir.path().join(format!("save{attempt}"));
+        let mut child = spawn(&mut train_cmd(&t, "ppo", &out, &flags));
+        assert!(child.wait_for(&done_line(2, TOTAL), MINUTE));
+        // The save of iteration 2 is under way while its temporary directory exists.
+        let t0 = Instant::now();
+        let in_save = loop {
+            let names: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if names.iter().any(|n| n.starts_with(".tmp-iter-000002")) {
+                break true;
+            }
+            if names.iter().any(|n| n == "iter-000002") || t0.elapsed() > MINUTE {
+                break false; // the save finished between two looks
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        if in_save {
+            child.signal("TERM");
+        }
+        let (status, err) = child.finish();
+        if !in_save {
+            continue;
+        }
+        caught += 1;
+        assert_eq!(status.code(), Some(130), "{err}");
+        assert_eq!(stopped_after(&err), 2, "{err}");
+        assert_eq!(
+            checkpoints(&out).last().map(String::as_str),
+            Some("iter-000002")
+        );
+        assert_eq!(read_rows_len(&out), 2);
+        run_ok(&mut resume_cmd(&t, &out, TOTAL));
+        assert_same_run(&full, &out, TOTAL, TOTAL, &["policy"]);
+        assert_eq!(leftovers(&out), Vec::<String>::new());
+        break;
+    }
+    assert_eq!(caught, 1, "no try caught a save in progress");
+}
+
+/// A torn last line of `metrics.csv` (a kill in the middle of an append) is repaired by any
+/// resume, also one with nothing left to train (`--iterations` equal to or below the run's):
+/// it used to fail there, and only a resume with more iterations repaired it.
+#[test]
+fn a_torn_metrics_line_of_a_finished_run_is_repaired_whatever_the_iterations() {
+    let t = tiny();
+    let flags = [("--iterations", "2"), ("--checkpoint-every", "1")];
+    let out = t.dir.path().join("done");
+    run_ok(&mut train_cmd(&t, "ppo", &out, &flags));
+    let metrics = out.join("metrics.csv");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    assert!(whole.ends_with('\n'));
+    for iterations in [2, 1] {
+        let mut torn = whole.clone();
+        torn.push_str("1,policy,pioneer,0.12"); // cut short: no line break
+        std::fs::write(&metrics, &torn).unwrap();
+        let o = run_ok(&mut resume_cmd(&t, &out, iterations));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("nothing to do"), "{err}");
+        assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole);
+    }
+}
+
 /// A run killed before its first checkpoint is not stranded: the same `--out` starts it
 /// again in place, and so does `--resume`, each saying so, and both end as the run never
 /// interrupted (the evaluation before training included: no duplicate rows). `--resume` of a
