@@ -254,3 +254,59 @@ pub fn find<'a>(
         })
         .unwrap_or_else(|| panic!("no invocation of {sub:?} --{flag}={value}"))
 }
+
+/// The integer settings every training app has (`[run]`, `lmrl_train::RunSettings`), as flags
+/// of its top level and of `train`.
+pub const RUN_FLAGS: [(Option<&str>, &str); 5] = [
+    (None, "seed"),
+    (Some("train"), "iterations"),
+    (Some("train"), "checkpoint-every"),
+    (Some("train"), "keep-checkpoints"),
+    (Some("train"), "generation-batch-size"),
+];
+
+/// Values past `i64::MAX`, and a negative one: a usage error for every integer flag.
+pub const PAST_I64: [&str; 3] = ["9223372036854775808", "18446744073709551615", "-1"];
+
+/// Every (sub)command of `bin` — its top level too where `top_level` — probed over `base`
+/// ([`probe`]) and checked clean ([`assert_clean`]), at least `min_flags` flags in all; returns
+/// the (sub)command names (`""` for the top level) and the outcomes.
+pub fn probe_app(
+    bin: &Path,
+    top_level: bool,
+    min_flags: usize,
+    base: BaseArgs<'_>,
+) -> (Vec<String>, Vec<Outcome>) {
+    let subs: Vec<Option<String>> = top_level
+        .then_some(None)
+        .into_iter()
+        .chain(subcommands(bin).into_iter().map(Some))
+        .collect();
+    let outcomes = probe(bin, &subs, base);
+    assert!(
+        outcomes.len() >= min_flags * EDGES.len(),
+        "only {} invocations: the flags were not all found in --help",
+        outcomes.len()
+    );
+    assert_clean(&outcomes);
+    let names = subs.into_iter().map(Option::unwrap_or_default).collect();
+    (names, outcomes)
+}
+
+/// Each of `flags` (`(sub)command, flag`) refuses each of `refused` with exit 2 naming the
+/// flag, and is refused cleanly (exit 1 or 2) at `i64::MAX`, the largest value it parses.
+pub fn assert_integer_flags(
+    outcomes: &[Outcome],
+    flags: &[(Option<&str>, &str)],
+    refused: &[&str],
+) {
+    for &(sub, flag) in flags {
+        for v in refused {
+            let o = find(outcomes, sub, flag, v);
+            assert_eq!(o.code, Some(2), "{:?}: {}", o.args, o.stderr);
+            assert!(o.stderr.contains(&format!("--{flag}")), "{}", o.stderr);
+        }
+        let o = find(outcomes, sub, flag, "9223372036854775807");
+        assert!(matches!(o.code, Some(1 | 2)), "{:?}: {}", o.args, o.stderr);
+    }
+}

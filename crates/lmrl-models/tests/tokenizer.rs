@@ -454,8 +454,11 @@ fn a_tokenizer_json_broken_inside_its_decoder_is_an_error_not_a_panic() {
         "normalizer": null, "pre_tokenizer": null, "post_processor": null,
         "decoder": {"type": "ByteLevel", "add_prefix_space": tr"#;
     std::fs::write(dir.join("tokenizer.json"), text).unwrap();
-    let e = LmTokenizer::load_for_model(&dir).err().expect("not a tokenizer");
+    let e = LmTokenizer::load_for_model(&dir).expect_err("not a tokenizer");
     assert!(matches!(e, ModelError::Tokenizer { .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("tokenizer.json") && msg.contains("not valid JSON"), "{msg}");
+    assert!(
+        msg.contains("tokenizer.json") && msg.contains("not valid JSON"),
+        "{msg}"
+    );
 }
