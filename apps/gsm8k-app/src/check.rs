@@ -1,11 +1,11 @@
 //! `check`: the answer checker on a JSONL file (a stable contract used by outside checks).
 //!
-//! Input: one JSON object per non-blank line with `response` (a model's answer text) and
-//! `answer` (a GSM8K solution ending in `#### N`, or a bare number). Output: one object per
-//! input object, in order, with `extracted` (the response's final number before any invented
-//! `Question:`, canonical form, or `null`) and `correct` (exact numeric equality with the
-//! ground truth). The first invalid line stops the command with an error naming its number;
-//! nothing is written then.
+//! Input: one JSON object per line with `response` (a model's answer text) and `answer` (a
+//! GSM8K solution ending in `#### N`, or a bare number); blank lines are allowed. Output: line
+//! for line, so output line i answers input line i: an object with `extracted` (the response's
+//! final number before any invented `Question:`, canonical form, or `null`) and `correct`
+//! (exact numeric equality with the ground truth), or a blank line for a blank one. The first
+//! invalid line stops the command with an error naming its number; nothing is written then.
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
@@ -58,18 +58,18 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Checks every line of `input`.
-pub fn check_file(input: &Path) -> Result<Vec<Checked>> {
+/// Checks every line of `input`: one entry per line, `None` for a blank one.
+pub fn check_file(input: &Path) -> Result<Vec<Option<Checked>>> {
     let file =
         std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line =
             line.with_context(|| format!("{} line {}: unreadable", input.display(), i + 1))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        out.push(check_line(&line, i + 1, input)?);
+        out.push(match line.trim().is_empty() {
+            true => None,
+            false => Some(check_line(&line, i + 1, input)?),
+        });
     }
     Ok(out)
 }
@@ -78,16 +78,18 @@ pub fn run(args: &CheckArgs) -> Result<()> {
     let checked = check_file(&args.input)?;
     let mut bytes = Vec::new();
     for c in &checked {
-        serde_json::to_writer(&mut bytes, c)?;
+        if let Some(c) = c {
+            serde_json::to_writer(&mut bytes, c)?;
+        }
         bytes.push(b'\n');
     }
     lmrl_runs::atomic_write(&args.out, &bytes)?;
-    let correct = checked.iter().filter(|c| c.correct).count();
+    let correct = checked.iter().flatten().filter(|c| c.correct).count();
     let mut err = std::io::stderr();
     writeln!(
         err,
         "{correct}/{} correct; wrote {}",
-        checked.len(),
+        checked.iter().flatten().count(),
         args.out.display()
     )?;
     Ok(())

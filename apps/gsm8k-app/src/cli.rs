@@ -128,8 +128,9 @@ pub struct EvalArgs {
 
 /// The command line with this app's defaults in every training flag (top level and `train`).
 pub fn command() -> clap::Command {
-    with_defaults::<Gsm8kConfig>(Cli::command())
-        .mut_subcommand("train", with_defaults::<Gsm8kConfig>)
+    let cmd = with_defaults::<Gsm8kConfig>(Cli::command())
+        .mut_subcommand("train", with_defaults::<Gsm8kConfig>);
+    lmrl_train::checked_integers(cmd)
 }
 
 #[cfg(test)]

@@ -253,6 +253,10 @@ impl Gsm8kConfig {
     }
 }
 
+/// The most samples per question pass@k evaluates (`--k`, `gsm8k.eval_k`): every sample of
+/// every question is held at once, and pass@k is reported for k up to a few hundred.
+pub const MAX_EVAL_K: usize = 1 << 16;
+
 /// Temperature 0 means greedy, which gives k identical samples: only meaningful for k = 1.
 pub fn check_eval_sampling(k: usize, temperature: f32) -> Result<(), String> {
     if !(temperature >= 0.0 && temperature.is_finite()) {
@@ -324,6 +328,12 @@ impl Config for Gsm8kConfig {
         }
         if t.eval_k == 0 {
             return Err(setting("gsm8k.eval_k", "must be at least 1"));
+        }
+        if t.eval_k > MAX_EVAL_K {
+            return Err(setting(
+                "gsm8k.eval_k",
+                format!("must be at most {MAX_EVAL_K}, got {}", t.eval_k),
+            ));
         }
         check_eval_sampling(t.eval_k, t.eval_temperature)
             .map_err(|reason| setting("gsm8k.eval_temperature", reason))?;

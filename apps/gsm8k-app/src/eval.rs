@@ -13,7 +13,7 @@ use lmrl_rewards::{check_answer, extract_response_answer};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::EvalArgs;
-use crate::config::{Gsm8kConfig, check_eval_sampling};
+use crate::config::{Gsm8kConfig, MAX_EVAL_K, check_eval_sampling};
 use crate::setup::{self, MathTask, Split};
 use lmrl_train::{mix, stream};
 
@@ -323,6 +323,7 @@ fn resolve_model(
             ckpt.display()
         );
     }
+    lmrl_train::verify_model(&path)?;
     Ok(EvalModel {
         path,
         run_config,
@@ -373,6 +374,12 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     }
     if args.k == 0 || max_new_tokens == 0 || args.batch_size == 0 {
         bail!("--k, --max-new-tokens and --batch-size must be at least 1");
+    }
+    if args.k > MAX_EVAL_K {
+        bail!(
+            "--k must be at most {MAX_EVAL_K} samples per question, got {}",
+            args.k
+        );
     }
     let temperature = args
         .temperature

@@ -274,7 +274,7 @@ pub fn make_tasks(
         let ids = tok
             .encode(&prompt)
             .with_context(|| format!("cannot tokenise the question {:?}", p.question))?;
-        if ids.len() + room > max_positions {
+        if ids.len().saturating_add(room) > max_positions {
             dropped += 1;
             continue;
         }

@@ -76,7 +76,12 @@ pub struct GsmTask {
 /// `Reference: <pioneer response>` line as well (re-encoded text may take a few more tokens).
 fn context_room(cfg: &Gsm8kConfig) -> usize {
     match cfg.run.algo {
-        lmrl_train::Algo::Cory => 3 * cfg.gsm8k.max_new_tokens + 16,
+        // Saturating: any room past usize::MAX is past every context, and refused as such.
+        lmrl_train::Algo::Cory => cfg
+            .gsm8k
+            .max_new_tokens
+            .saturating_mul(3)
+            .saturating_add(16),
         _ => cfg.gsm8k.max_new_tokens,
     }
 }
@@ -90,6 +95,13 @@ impl GsmTask {
         let (train_p, test_p) = setup::train_test(problems, t.test_fraction, t.split_seed)?;
         let room = context_room(cfg);
         let max_pos = env.model.max_positions();
+        if room >= max_pos {
+            bail!(
+                "gsm8k.max_new_tokens = {} leaves no room for a prompt: a response needs {room} \
+                 tokens of the model's {max_pos}-token context",
+                t.max_new_tokens
+            );
+        }
         let prompter = setup::Prompter::new(t.prompt_style, env.tokenizer)?;
         let (train, dropped) =
             setup::make_tasks(&train_p, env.tokenizer, &prompter, max_pos, room)?;

@@ -68,13 +68,16 @@ fn check_extracts_and_compares_adversarial_answers() {
         ("Half of 10 is 5.0.", "#### 5", Some("5"), true),
     ];
     let input = dir.path().join("in.jsonl");
-    let mut text = String::new();
-    for (r, a, _, _) in cases {
-        text.push_str(&json!({"response": r, "answer": a}).to_string());
-        text.push('\n');
-    }
-    text.push('\n'); // a trailing blank line is ignored
-    std::fs::write(&input, text).unwrap();
+    // Blank lines (one empty, one of spaces) in the middle and at the end: the output keeps
+    // them, so that output line i answers input line i.
+    let mut lines: Vec<String> = cases
+        .iter()
+        .map(|(r, a, _, _)| json!({"response": r, "answer": a}).to_string())
+        .collect();
+    lines.insert(1, String::new());
+    lines.insert(3, "   ".into());
+    lines.push(String::new());
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let out = dir.path().join("out.jsonl");
     run_ok(
         bin()
@@ -84,7 +87,25 @@ fn check_extracts_and_compares_adversarial_answers() {
             .arg("--out")
             .arg(&out),
     );
-    let got = read_jsonl(&out);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let out_lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        out_lines.len(),
+        lines.len(),
+        "one output line per input line:\n{text}"
+    );
+    let mut got = Vec::new();
+    for (i, (o, l)) in out_lines.iter().zip(&lines).enumerate() {
+        assert_eq!(
+            o.is_empty(),
+            l.trim().is_empty(),
+            "line {}: {o:?} for {l:?}",
+            i + 1
+        );
+        if !o.is_empty() {
+            got.push(serde_json::from_str::<serde_json::Value>(o).unwrap());
+        }
+    }
     assert_eq!(got.len(), cases.len());
     for (g, (r, _, extracted, correct)) in got.iter().zip(cases) {
         assert_eq!(g["extracted"], json!(extracted), "extracted for {r:?}");

@@ -287,6 +287,85 @@ fn sigterm_and_sighup_stop_with_a_checkpoint_and_resume_exactly() {
     assert_eq!(leftovers(&out), Vec::<String>::new());
 }
 
+/// A stop signal that arrives while a checkpoint is being written stops the run right after
+/// that save: the checkpoint holds every iteration done, none is started and lost (the stop
+/// flag used to be read only before the save, so the run went on for one more iteration).
+#[test]
+fn a_signal_during_a_save_stops_right_after_it() {
+    let t = tiny();
+    const TOTAL: usize = 4;
+    let flags = [("--iterations", "4"), ("--checkpoint-every", "1")];
+    let full = t.dir.path().join("full");
+    run_ok(&mut train_cmd(&t, "ppo", &full, &flags));
+    let mut caught = 0;
+    for attempt in 0..4 {
+        let out = t.dir.path().join(format!("save{attempt}"));
+        let mut child = spawn(&mut train_cmd(&t, "ppo", &out, &flags));
+        assert!(child.wait_for(&done_line(2, TOTAL), MINUTE));
+        // The save of iteration 2 is under way while its temporary directory exists.
+        let t0 = Instant::now();
+        let in_save = loop {
+            let names: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if names.iter().any(|n| n.starts_with(".tmp-iter-000002")) {
+                break true;
+            }
+            if names.iter().any(|n| n == "iter-000002") || t0.elapsed() > MINUTE {
+                break false; // the save finished between two looks
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        if in_save {
+            child.signal("TERM");
+        }
+        let (status, err) = child.finish();
+        if !in_save {
+            continue;
+        }
+        caught += 1;
+        assert_eq!(status.code(), Some(130), "{err}");
+        assert_eq!(stopped_after(&err), 2, "{err}");
+        assert_eq!(
+            checkpoints(&out).last().map(String::as_str),
+            Some("iter-000002")
+        );
+        assert_eq!(read_rows_len(&out), 2);
+        run_ok(&mut resume_cmd(&t, &out, TOTAL));
+        assert_same_run(&full, &out, TOTAL, TOTAL, &["policy"]);
+        assert_eq!(leftovers(&out), Vec::<String>::new());
+        break;
+    }
+    assert_eq!(caught, 1, "no try caught a save in progress");
+}
+
+/// A torn last line of `metrics.csv` (a kill in the middle of an append) is repaired by any
+/// resume, also one with nothing left to train (`--iterations` equal to or below the run's):
+/// it used to fail there, and only a resume with more iterations repaired it.
+#[test]
+fn a_torn_metrics_line_of_a_finished_run_is_repaired_whatever_the_iterations() {
+    let t = tiny();
+    let flags = [("--iterations", "2"), ("--checkpoint-every", "1")];
+    let out = t.dir.path().join("done");
+    run_ok(&mut train_cmd(&t, "ppo", &out, &flags));
+    let metrics = out.join("metrics.csv");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    assert!(whole.ends_with('\n'));
+    for iterations in [2, 1] {
+        let mut torn = whole.clone();
+        torn.push_str("1,policy,pioneer,0.12"); // cut short: no line break
+        std::fs::write(&metrics, &torn).unwrap();
+        let o = run_ok(&mut resume_cmd(&t, &out, iterations));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("nothing to do"), "{err}");
+        assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole);
+    }
+}
+
 /// A run killed before its first checkpoint is not stranded: the same `--out` starts it
 /// again in place, and so does `--resume`, each saying so, and both end as the run never
 /// interrupted (the evaluation before training included: no duplicate rows). `--resume` of a
@@ -342,12 +421,9 @@ fn a_run_stopped_before_its_first_checkpoint_starts_again_in_place() {
     assert!(err.contains("nowhere does not exist"), "{err}");
 }
 
-/// An unusable newest checkpoint (damaged weights, or a `state.toml` that cannot be read)
-/// does not stop `--resume`: it continues from the older kept checkpoint, says so, moves the
-/// unusable one aside, and ends as the run never interrupted.
-#[test]
-fn resume_falls_back_to_the_older_checkpoint() {
-    let t = tiny();
+/// A 4-iteration PPO run, and the same run stopped after 3 (a checkpoint every iteration, 2
+/// kept): `(full, part)`.
+fn four_and_three_of_four(t: &Tiny) -> (std::path::PathBuf, std::path::PathBuf) {
     let flags = |n: &'static str| {
         [
             ("--iterations", n),
@@ -356,22 +432,22 @@ fn resume_falls_back_to_the_older_checkpoint() {
         ]
     };
     let full = t.dir.path().join("full");
-    run_ok(&mut train_cmd(&t, "ppo", &full, &flags("4")));
+    run_ok(&mut train_cmd(t, "ppo", &full, &flags("4")));
     let out = t.dir.path().join("part");
-    run_ok(&mut train_cmd(&t, "ppo", &out, &flags("3")));
+    run_ok(&mut train_cmd(t, "ppo", &out, &flags("3")));
     assert_eq!(checkpoints(&out), ["iter-000002", "iter-000003"]);
-    let weights = out.join("checkpoints/iter-000003/policy/model.safetensors");
-    let bytes = std::fs::read(&weights).unwrap();
-    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
-    let o = run_ok(&mut resume_cmd(&t, &out, 4));
+    (full, out)
+}
+
+/// `--resume` of `out` (from [`four_and_three_of_four`], its newest checkpoint damaged) to 4
+/// iterations: it says why `iter-000003` cannot be restored (`why`), continues from
+/// `iter-000002`, moves the damaged one aside and ends as `full`.
+fn resume_falls_back_past_the_third(t: &Tiny, full: &Path, out: &Path, why: &str) {
+    let o = run_ok(&mut resume_cmd(t, out, 4));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("checkpoints/iter-000003 cannot be restored"),
+        err.contains("checkpoints/iter-000003 cannot be restored") && err.contains(why),
         "{err}"
-    );
-    assert!(
-        err.contains("model.safetensors"),
-        "names the damaged file: {err}"
     );
     assert!(
         err.contains("resuming from the older checkpoint")
@@ -379,8 +455,27 @@ fn resume_falls_back_to_the_older_checkpoint() {
         "{err}"
     );
     assert!(out.join("checkpoints/unusable-iter-000003").is_dir());
-    assert_eq!(checkpoints(&out), ["iter-000003", "iter-000004"]);
-    assert_same_run(&full, &out, 4, 4, &["policy"]);
+    assert_eq!(checkpoints(out), ["iter-000003", "iter-000004"]);
+    assert_same_run(full, out, 4, 4, &["policy"]);
+}
+
+/// An unusable newest checkpoint (damaged weights, or a `state.toml` that cannot be read)
+/// does not stop `--resume`: it continues from the older kept checkpoint, says so, moves the
+/// unusable one aside, and ends as the run never interrupted.
+#[test]
+fn resume_falls_back_to_the_older_checkpoint() {
+    let t = tiny();
+    let (full, out) = four_and_three_of_four(&t);
+    let weights = out.join("checkpoints/iter-000003/policy/model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    // The manifest would find the cut first: without it, the load finds it.
+    std::fs::remove_file(
+        out.join("checkpoints/iter-000003")
+            .join(lmrl_runs::MANIFEST_FILE),
+    )
+    .unwrap();
+    resume_falls_back_past_the_third(&t, &full, &out, "model.safetensors");
 
     // The same with a state.toml that does not parse.
     std::fs::write(out.join("checkpoints/iter-000004/state.toml"), "[[[").unwrap();
@@ -392,6 +487,56 @@ fn resume_falls_back_to_the_older_checkpoint() {
         "{err}"
     );
     assert!(out.join("checkpoints/unusable-iter-000004").is_dir());
+    assert_same_run(&full, &out, 4, 4, &["policy"]);
+}
+
+/// Bytes changed inside a checkpoint, its file lengths kept (what no format check can see: the
+/// weights still load, with other numbers), are found by the checkpoint's checksums: `--resume`
+/// says which file and falls back to the older checkpoint, ending as the run never damaged;
+/// loading the damaged copy as `--model` is refused naming the file. A checkpoint without
+/// checksums (written before they existed) still resumes, with a note saying it is unchecked.
+#[test]
+fn silent_corruption_is_found_by_the_checksums() {
+    let t = tiny();
+    let (full, out) = four_and_three_of_four(&t);
+    let newest = out.join("checkpoints/iter-000003");
+    assert!(newest.join(lmrl_runs::MANIFEST_FILE).is_file());
+    let weights = newest.join("policy/model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let at = bytes.len() * 2 / 3;
+    for b in &mut bytes[at..at + 4] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&weights, &bytes).unwrap();
+
+    let (code, err) = run_err(
+        bin()
+            .args(["eval", "--model"])
+            .arg(newest.join("policy"))
+            .arg("--cache-dir")
+            .arg(t.dir.path().join("cache")),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("policy/model.safetensors") && err.contains("checksum"),
+        "{err}"
+    );
+
+    resume_falls_back_past_the_third(
+        &t,
+        &full,
+        &out,
+        "policy/model.safetensors does not match its checksum",
+    );
+
+    let newest = out.join("checkpoints/iter-000004");
+    std::fs::remove_file(newest.join(lmrl_runs::MANIFEST_FILE)).unwrap();
+    let o = run_ok(&mut resume_cmd(&t, &out, 4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("iter-000004 has no checksums.xxh128") && err.contains("not verified"),
+        "{err}"
+    );
     assert_same_run(&full, &out, 4, 4, &["policy"]);
 }
 

@@ -152,8 +152,10 @@ pub struct SweepArgs {
 /// `sweep`).
 pub fn command() -> clap::Command {
     let cmd = with_defaults::<ImdbConfig>(Cli::command());
-    cmd.mut_subcommand("train", with_defaults::<ImdbConfig>)
-        .mut_subcommand("sweep", with_defaults::<ImdbConfig>)
+    let cmd = cmd
+        .mut_subcommand("train", with_defaults::<ImdbConfig>)
+        .mut_subcommand("sweep", with_defaults::<ImdbConfig>);
+    lmrl_train::checked_integers(cmd)
 }
 
 #[cfg(test)]

@@ -8,6 +8,9 @@ use lmrl_runs::CheckpointDir;
 
 use crate::cli::GenerateArgs;
 
+/// Rows generated at once by `generate --num N`.
+const GENERATE_BATCH: usize = 16;
+
 /// A run directory → its latest checkpoint's copy `agent` (or `policy` for PPO runs); anything
 /// else is used as given.
 fn model_dir(arg: &str, agent: &str, cache: &lmrl_data::AssetCache) -> Result<PathBuf> {
@@ -18,6 +21,7 @@ fn model_dir(arg: &str, agent: &str, cache: &lmrl_data::AssetCache) -> Result<Pa
     {
         for name in [agent, "policy"] {
             if latest.join(name).join("config.json").is_file() {
+                lmrl_train::verify_model(&latest.join(name))?;
                 return Ok(latest.join(name));
             }
         }
@@ -59,10 +63,21 @@ pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
         stop_sequences: Vec::new(),
         min_new_tokens: 0,
     };
-    let prompts = vec![ids; args.num.max(1)];
-    let g = generate(&lm, &prompts, &cfg, &device)?;
-    for y in &g.tokens {
-        println!("{}{}", args.prompt, tok.decode(y)?);
+    // In batches of at most GENERATE_BATCH rows, each row seeded by its index, so that any
+    // `--num` takes bounded memory and gives the samples one batch of `--num` rows would.
+    let num = args.num.max(1);
+    let mut done = 0;
+    while done < num {
+        let rows = (num - done).min(GENERATE_BATCH);
+        let batch = GenerationConfig {
+            first_row: done as u64,
+            ..cfg.clone()
+        };
+        let g = generate(&lm, &vec![ids.clone(); rows], &batch, &device)?;
+        for y in &g.tokens {
+            println!("{}{}", args.prompt, tok.decode(y)?);
+        }
+        done += rows;
     }
     Ok(ExitCode::SUCCESS)
 }

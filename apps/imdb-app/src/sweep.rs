@@ -84,11 +84,13 @@ fn add_curves(groups: &mut [Vec<CurveGroup>; 3], setting: &str, rows: &[MetricRo
 }
 
 /// The settings the sweep sets per run, as a partial `config.toml`.
-fn forced(algo: lmrl_train::Algo, kl: f64, seed: u64) -> toml::Table {
+fn forced(algo: lmrl_train::Algo, kl: f64, seed: u64) -> Result<toml::Table> {
+    let seed = i64::try_from(seed)
+        .map_err(|_| anyhow::anyhow!("--seeds: {seed} is past the largest seed, {}", i64::MAX))?;
     let mut t = toml::Table::new();
     let mut run = toml::Table::new();
     run.insert("algo".into(), algo.name().into());
-    run.insert("seed".into(), (seed as i64).into());
+    run.insert("seed".into(), seed.into());
     let mut ppo = toml::Table::new();
     ppo.insert("init_kl_coef".into(), kl.into());
     // Every copy is also measured on the plain query, so the frontier compares like with like.
@@ -97,7 +99,7 @@ fn forced(algo: lmrl_train::Algo, kl: f64, seed: u64) -> toml::Table {
     t.insert("run".into(), run.into());
     t.insert("ppo".into(), ppo.into());
     t.insert("cory".into(), cory.into());
-    t
+    Ok(t)
 }
 
 /// Runs the sweep; `matches` are those of the `sweep` subcommand.
@@ -132,7 +134,7 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
                 let mut run_args = c.run.clone();
                 run_args.out = Some(dir.clone());
                 let fresh: Resolved<ImdbConfig> =
-                    resolve_with(matches, &run_args, &forced(algo, kl, seed))?;
+                    resolve_with(matches, &run_args, &forced(algo, kl, seed)?)?;
                 if finished(&dir, fresh.config.run.iterations) {
                     eprintln!("sweep: {} finished, skipped", dir.display());
                 } else {

@@ -118,6 +118,17 @@ pub struct ImdbTask {
 impl ImdbTask {
     /// The task of the settings `cfg`, with its reward and prompts loaded.
     pub fn new(cfg: &ImdbConfig, env: &TaskEnv<'_>) -> Result<Self> {
+        let t = &cfg.imdb;
+        let max_pos = env.model.max_positions();
+        match t.prompt_tokens_max.checked_add(t.response_tokens_max) {
+            Some(n) if n <= max_pos => {}
+            _ => bail!(
+                "imdb.prompt_tokens_max + imdb.response_tokens_max = {} + {} tokens do not fit \
+                 the model's {max_pos}-token context",
+                t.prompt_tokens_max,
+                t.response_tokens_max
+            ),
+        }
         let reward = load_reward(&cfg.imdb.reward, env.cache, env.device)?;
         let prompts = load_prompts(&cfg.imdb, cfg.run.seed, env.cache, env.tokenizer)?;
         let batch = cfg.prompts_drawn();

@@ -261,35 +261,96 @@ fn profile_generation(
     }))
 }
 
+/// The largest `--batch`: the benchmark holds `batch × length × vocabulary` logits at once.
+const MAX_BATCH: usize = 1 << 16;
+
+/// Refuses sizes the benchmark cannot run on a model of `config` (`name` in messages): every
+/// sum and product of the flags is checked, none wraps.
+fn check_sizes(args: &BenchArgs, name: &str, config: &ModelConfig) -> Result<()> {
+    anyhow::ensure!(
+        (1..=MAX_BATCH).contains(&args.batch),
+        "--batch must be between 1 and {MAX_BATCH}, got {}",
+        args.batch
+    );
+    anyhow::ensure!(
+        args.prompt_len >= 1 && args.new_tokens >= 1,
+        "--prompt-len and --new-tokens must be at least 1"
+    );
+    anyhow::ensure!(
+        args.train_len >= 2,
+        "--train-len must be at least 2 (the loss predicts each token from the ones before it), \
+         got {}",
+        args.train_len
+    );
+    let max = config.max_positions();
+    let generated = args.prompt_len.checked_add(args.new_tokens);
+    anyhow::ensure!(
+        generated.is_some_and(|n| n <= max),
+        "--prompt-len {} + --new-tokens {} do not fit the {max}-token context of {name}",
+        args.prompt_len,
+        args.new_tokens
+    );
+    anyhow::ensure!(
+        args.train_len <= max,
+        "--train-len {} does not fit the {max}-token context of {name}",
+        args.train_len
+    );
+    Ok(())
+}
+
 pub fn run(args: &BenchArgs, device: &Device) -> Result<()> {
     let ad = device.clone().autodiff();
-    if !args.skip_gpt2 {
-        let cfg = gpt2_small()?;
+    // --model is loaded and the sizes checked against every model before any timing: a bad
+    // file or flag is refused at once, not after the GPT-2 benchmark.
+    let model = match &args.model {
+        Some(path) => {
+            lmrl_train::verify_model(path)?;
+            let train = AutoLm::from_pretrained(path, &ad)
+                .with_context(|| format!("loading model {}", path.display()))?;
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            check_sizes(args, &name, &train.config())?;
+            Some((name, train))
+        }
+        None => None,
+    };
+    let shape = match &args.config {
+        Some(path) => {
+            let cfg = ModelConfig::from_file(path)?;
+            let name = path.file_stem().map_or_else(
+                || path.display().to_string(),
+                |n| format!("{}-random", n.to_string_lossy()),
+            );
+            check_sizes(args, &name, &cfg)?;
+            Some((name, cfg))
+        }
+        None => None,
+    };
+    let gpt2 = match args.skip_gpt2 {
+        true => None,
+        false => {
+            let cfg = gpt2_small()?;
+            check_sizes(args, "gpt2-small", &cfg)?;
+            Some(cfg)
+        }
+    };
+    if let Some(gpt2) = gpt2 {
         // parameters tracked on the autodiff device; `valid()` is the same weights, untracked
-        let train = AutoLm::init(&cfg, &ad);
+        let train = AutoLm::init(&gpt2, &ad);
         let infer = train.valid();
         let r = bench_model("gpt2-small-random", &infer, &train, args, device)?;
         println!("{r}");
     }
-    if let Some(path) = &args.config {
-        let cfg = ModelConfig::from_file(path)?;
+    if let Some((name, cfg)) = shape {
         let train = AutoLm::init(&cfg, &ad);
         let infer = train.valid();
-        let name = path.file_stem().map_or_else(
-            || path.display().to_string(),
-            |n| format!("{}-random", n.to_string_lossy()),
-        );
         let r = bench_model(&name, &infer, &train, args, device)?;
         println!("{r}");
     }
-    if let Some(path) = &args.model {
-        let train = AutoLm::from_pretrained(path, &ad)
-            .with_context(|| format!("loading model {}", path.display()))?;
+    if let Some((name, train)) = model {
         let infer = train.valid();
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
         let r = bench_model(&name, &infer, &train, args, device)?;
         println!("{r}");
     }

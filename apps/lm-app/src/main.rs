@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use lmrl_models::{
     AutoLm, CausalLm, GenerationConfig, LmTokenizer, Pretrained, Sampling, generate,
 };
@@ -131,7 +131,11 @@ struct GenerateArgs {
 
 fn main() -> ExitCode {
     lmrl_models::retain_freed_memory();
-    let cli = Cli::parse();
+    let matches = lmrl_train::checked_integers(Cli::command()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -175,9 +179,16 @@ fn check_finite<'a>(
     Ok(())
 }
 
+/// The model at `path`, checked first against its checkpoint's checksums when it is part of a
+/// training run's checkpoint.
+fn load_lm(path: &Path, device: &Device) -> Result<AutoLm> {
+    lmrl_train::verify_model(path)?;
+    Ok(AutoLm::from_pretrained(path, device)?)
+}
+
 fn convert(model: &Path, out: &Path, weights_only: bool, device: &Device) -> Result<()> {
-    let lm = AutoLm::from_pretrained(model, device)
-        .with_context(|| format!("loading model {}", model.display()))?;
+    let lm =
+        load_lm(model, device).with_context(|| format!("loading model {}", model.display()))?;
     let tok = match weights_only {
         true => None,
         false => Some(
@@ -239,8 +250,8 @@ fn logits(model: &Path, input: &Path, out: &Path, device: &Device) -> Result<()>
         let rows: Vec<&[f32]> = flat.chunks(l.max(1)).take(b).collect();
         return io::write_json(out, &serde_json::json!({ "logits": rows }));
     }
-    let lm = AutoLm::from_pretrained(model, device)
-        .with_context(|| format!("loading model {}", model.display()))?;
+    let lm =
+        load_lm(model, device).with_context(|| format!("loading model {}", model.display()))?;
     let config = lm.config();
     io::check_ids(
         &batch.input_ids,
@@ -293,7 +304,7 @@ fn generation_config(args: &GenerateArgs, model_eos: Vec<u32>) -> GenerationConf
 }
 
 fn generate_cmd(args: &GenerateArgs, device: &Device) -> Result<()> {
-    let lm = AutoLm::from_pretrained(&args.model, device)
+    let lm = load_lm(&args.model, device)
         .with_context(|| format!("loading model {}", args.model.display()))?;
     let config = lm.config();
     if let Some(input) = &args.input {

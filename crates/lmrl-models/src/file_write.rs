@@ -43,6 +43,19 @@ pub(crate) struct FileWriter {
     /// Bytes handed to [`Self::write`] so far: the file's final length.
     len: u64,
     direct: bool,
+    /// A fault the tests inject into the next writes.
+    #[cfg(test)]
+    fault: Fault,
+}
+
+/// What the tests make the next `write` calls do.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    /// Write only this many bytes, then fail the call after with `EINVAL`.
+    Partial(usize),
+    Einval,
 }
 
 impl FileWriter {
@@ -60,6 +73,8 @@ impl FileWriter {
             filled: 0,
             len: 0,
             direct,
+            #[cfg(test)]
+            fault: Fault::None,
         })
     }
 
@@ -96,23 +111,53 @@ impl FileWriter {
     }
 
     /// Writes the first `n` staged bytes. A file system that opened the file for direct I/O
-    /// but refuses an aligned write of it (`EINVAL`) gets this and every later write through
-    /// the cache instead.
+    /// but refuses an aligned write of it (`EINVAL`) gets the rest of this stage and every
+    /// later write through the cache instead. The rest starts where the refused call would
+    /// have: the bytes earlier calls wrote are in place and the file offset is past them, so
+    /// nothing is written twice (rewriting the stage from its start at the advanced offset
+    /// would shift the file's bytes, and `set_len` would hide it).
     fn write_stage(&mut self, n: usize) -> Result<()> {
-        let result = self.file.write_all(&stage_bytes(&mut self.stage)[..n]);
-        let result = match result {
-            Err(e) if self.direct && is_invalid_argument(&e) => {
-                self.direct = false;
-                drop_direct(&self.file).and_then(|()| {
-                    let unpadded = n.min(self.filled);
-                    self.file
-                        .write_all(&stage_bytes(&mut self.stage)[..unpadded])
-                })
+        let mut end = n;
+        let mut done = 0;
+        let result = loop {
+            if done >= end {
+                break Ok(());
             }
-            r => r,
+            match self.write_some(done, end) {
+                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if self.direct && is_invalid_argument(&e) => {
+                    self.direct = false;
+                    if let Err(e) = drop_direct(&self.file) {
+                        break Err(e);
+                    }
+                    // Through the cache the zero padding of a last block is not needed.
+                    end = n.min(self.filled).max(done);
+                }
+                Err(e) => break Err(e),
+            }
         };
         self.filled = 0;
         result.map_err(|source| write_err(&self.path, source))
+    }
+
+    /// One `write` of staged bytes `from..to`; returns how many were written.
+    fn write_some(&mut self, from: usize, to: usize) -> std::io::Result<usize> {
+        #[cfg(test)]
+        match self.fault {
+            Fault::None => {}
+            Fault::Partial(k) => {
+                self.fault = Fault::Einval;
+                let to = to.min(from + k);
+                return self.file.write(&stage_bytes(&mut self.stage)[from..to]);
+            }
+            Fault::Einval => {
+                self.fault = Fault::None;
+                return Err(std::io::ErrorKind::InvalidInput.into()); // EINVAL
+            }
+        }
+        self.file.write(&stage_bytes(&mut self.stage)[from..to])
     }
 }
 
@@ -232,6 +277,54 @@ mod tests {
         let dir = tempfile::tempdir_in(shm).expect("tempdir in /dev/shm");
         let parts = vec![pattern(3 * BLOCK + 5, 6), pattern(77, 7)];
         assert_eq!(written(dir.path(), &parts, 1), parts.concat());
+    }
+
+    /// A direct write that makes partial progress and then fails with `EINVAL` (a file system
+    /// that takes some direct writes and refuses others) goes on through the cache from where
+    /// it stopped: no byte written twice, none missing. (Rewriting the stage from its start,
+    /// as the writer used to, puts `partial` bytes twice into the file.)
+    #[test]
+    fn a_partial_direct_write_then_einval_continues_where_it_stopped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = pattern(7 * BLOCK + 123, 11);
+        for (partial, first_stage_at) in [(BLOCK, 0), (BLOCK, 2 * BLOCK), (100, 4 * BLOCK)] {
+            let path = dir.path().join("out.bin");
+            let mut w = FileWriter::with_stage(&path, 2).expect("create");
+            // The file written through the cache, so that the injected EINVAL is the only one,
+            // and the writer as if the file system had accepted O_DIRECT.
+            drop_direct(&w.file).expect("clear O_DIRECT");
+            w.direct = true;
+            w.write(&data[..first_stage_at]).expect("write");
+            w.fault = Fault::Partial(partial);
+            w.write(&data[first_stage_at..]).expect("write");
+            assert!(!w.direct, "the writer went through the cache after EINVAL");
+            w.finish().expect("finish");
+            let got = std::fs::read(&path).expect("read back");
+            assert_eq!(
+                got.len(),
+                data.len(),
+                "partial {partial} at {first_stage_at}"
+            );
+            assert!(
+                got == data,
+                "partial {partial} at {first_stage_at}: bytes differ"
+            );
+        }
+    }
+
+    /// The last, padded block refused: the tail is written unpadded and the file is exact.
+    #[test]
+    fn einval_on_the_padded_last_block_writes_the_tail_unpadded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = pattern(3 * BLOCK + 77, 12);
+        let path = dir.path().join("out.bin");
+        let mut w = FileWriter::with_stage(&path, 4).expect("create");
+        drop_direct(&w.file).expect("clear O_DIRECT");
+        w.direct = true;
+        w.write(&data).expect("write");
+        w.fault = Fault::Partial(2 * BLOCK);
+        w.finish().expect("finish");
+        assert!(std::fs::read(&path).expect("read back") == data);
     }
 
     #[test]

@@ -60,11 +60,15 @@ pub fn validate_prompts(
         }
     }
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    if longest + max_new_tokens > max_positions {
-        return Err(ModelError::ContextTooLong {
-            len: longest + max_new_tokens,
-            max: max_positions,
-        });
+    // Checked: a `max_new_tokens` near usize::MAX must not wrap into a small length.
+    match longest.checked_add(max_new_tokens) {
+        Some(len) if len <= max_positions => {}
+        len => {
+            return Err(ModelError::ContextTooLong {
+                len: len.unwrap_or(usize::MAX),
+                max: max_positions,
+            });
+        }
     }
     Ok(longest)
 }

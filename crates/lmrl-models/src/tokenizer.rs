@@ -118,7 +118,12 @@ impl LmTokenizer {
     /// (`bos_token`, `eos_token`, `pad_token`) or `config.json` (`*_token_id`), and default to
     /// `<|endoftext|>` when the vocabulary has it.
     pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
-        let inner = Tokenizer::from_file(path).map_err(|e| tok_err(path, e))?;
+        // The JSON syntax is checked here first: tokenizers 0.22 panics ("Helper") on a file
+        // that is not JSON inside its `decoder` (found by the `tokenizer` fuzz target).
+        let text = std::fs::read_to_string(path).map_err(|e| tok_err(path, e))?;
+        serde_json::from_str::<serde::de::IgnoredAny>(&text)
+            .map_err(|e| tok_err(path, format!("not valid JSON: {e}")))?;
+        let inner: Tokenizer = text.parse().map_err(|e| tok_err(path, e))?;
         let mut t = Self {
             vocab_size: count_ids(&inner),
             inner,

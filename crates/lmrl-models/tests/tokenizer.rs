@@ -547,4 +547,23 @@ fn text_after_pipeline(pre: &str, text: &str) -> String {
             .replace("n\u{303}", "\u{f1}"),
         _ => text.to_string(),
     }
+
+/// A `tokenizer.json` that is not JSON inside its `decoder` is an error naming the file: the
+/// tokenizers crate (0.22) panics on it ("Helper"), so the syntax is checked before it parses.
+/// Found by the `tokenizer` fuzz target (`fuzz/`).
+#[test]
+fn a_tokenizer_json_broken_inside_its_decoder_is_an_error_not_a_panic() {
+    let dir = tmp_dir("broken-decoder");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = r#"{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": null, "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": tr"#;
+    std::fs::write(dir.join("tokenizer.json"), text).unwrap();
+    let e = LmTokenizer::load_for_model(&dir).expect_err("not a tokenizer");
+    assert!(matches!(e, ModelError::Tokenizer { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("tokenizer.json") && msg.contains("not valid JSON"),
+        "{msg}"
+    );
 }

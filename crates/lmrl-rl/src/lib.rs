@@ -34,3 +34,8 @@ pub use ppo::config::PpoConfig;
 pub use ppo::state::{AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, OPTIMIZER_FILE};
 pub use ppo::stats::PpoStats;
 pub use util::mix_seed;
+
+/// The most samples (PPO) or completions (GRPO, RLOO: prompts × generations) one step may hold:
+/// a step keeps every one of them and their per-token tensors at once, so a larger batch is a
+/// mistake, refused when the settings are checked rather than an allocation failure later.
+pub const MAX_STEP_BATCH: usize = 1 << 24;

@@ -48,8 +48,9 @@ impl CheckpointDir {
         self.root.join(format!("{PREFIX}{iterations:06}"))
     }
 
-    /// Writes a checkpoint: `fill` writes every file into a fresh temporary directory, which is
-    /// then synced and renamed to `iter-NNNNNN` (replacing an older checkpoint of the same
+    /// Writes a checkpoint: `fill` writes every file into a fresh temporary directory, whose
+    /// files' checksums are then recorded in it ([`crate::MANIFEST_FILE`]), which is then
+    /// synced and renamed to `iter-NNNNNN` (replacing an older checkpoint of the same
     /// number), and `LATEST` is updated. On any error — `ENOSPC` included — the temporary
     /// directory is removed and every earlier checkpoint is left as it was; the message says
     /// which one that is, or that there is none.
@@ -68,6 +69,8 @@ impl CheckpointDir {
         let result = (|| -> std::result::Result<(), RunError> {
             std::fs::create_dir_all(&tmp).map_err(io("create", &tmp))?;
             fill(&tmp).map_err(|e| self.checkpoint_error(&dest, &*e))?;
+            // The checksums of every file, inside the checkpoint: synced and renamed with it.
+            crate::manifest::write_manifest(&tmp).map_err(|e| self.checkpoint_error(&dest, &e))?;
             sync_tree(&tmp).map_err(|e| self.checkpoint_error(&dest, &e))?;
             if dest.exists() {
                 // Same iteration saved twice (e.g. a resume from an older checkpoint reaching
@@ -326,6 +329,11 @@ mod tests {
         let (n, p) = c.latest().unwrap().unwrap();
         assert_eq!(n, 6);
         assert_eq!(std::fs::read_to_string(p.join("w.bin")).unwrap(), "6");
+        // Each checkpoint carries the checksum of each of its files.
+        assert_eq!(
+            crate::verify(&p, "").unwrap(),
+            crate::Verified::Checked { files: 1, bytes: 1 }
+        );
         assert_eq!(
             std::fs::read_to_string(c.root().join(LATEST)).unwrap(),
             "iter-000006\n"

@@ -23,6 +23,9 @@ pub enum RunError {
     /// A checkpoint that cannot be resumed: not this run's, or inconsistent.
     #[error("{path} {reason}")]
     Resume { path: PathBuf, reason: String },
+    /// A checkpoint file that does not match its recorded checksum, or is missing.
+    #[error("{path} {reason}")]
+    Checksum { path: PathBuf, reason: String },
     #[error("cannot draw {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
 }

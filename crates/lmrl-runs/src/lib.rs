@@ -9,6 +9,7 @@
 mod checkpoint;
 mod error;
 mod files;
+mod manifest;
 mod metrics;
 mod plots;
 mod run_state;
@@ -16,6 +17,7 @@ mod run_state;
 pub use checkpoint::{CheckpointDir, FillError};
 pub use error::{Result, RunError};
 pub use files::{atomic_write, remove_stale_temporaries, write_toml};
+pub use manifest::{MANIFEST_FILE, Verified, hash_file, verify, write_manifest};
 pub use metrics::{MetricRow, MetricsLog, SamplesLog, final_rows, mean, read_rows};
 pub use plots::{
     CurveGroup, FrontierPoint, draw_run, mean_std, mean_std_by_x, plot_curves, plot_frontier,

@@ -50,7 +50,10 @@ pub trait TrainConfig: Config {
             rloo: self.rloo(),
             cory: self.cory(),
         };
-        learners.prompts_per_step(learner) * run.oversample
+        // Checked when the settings are (`validate_learners`); saturating here all the same.
+        learners
+            .prompts_per_step(learner)
+            .saturating_mul(run.oversample)
     }
 }
 

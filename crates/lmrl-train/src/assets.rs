@@ -20,12 +20,47 @@ pub fn asset_cache(dir: Option<&Path>) -> Result<AssetCache> {
 pub fn resolve_path_or_asset(cache: &AssetCache, name: &str) -> Result<PathBuf> {
     let p = PathBuf::from(name);
     if p.exists() {
+        verify_model(&p)?;
         return Ok(p);
     }
     cache.resolve(name).map_err(|source| TrainError::Asset {
         name: name.into(),
         source,
     })
+}
+
+/// Checks the files of checkpoint `ckpt` under `part` (`""`: all) against the checksums it
+/// recorded when it was written; a checkpoint written before checksums existed is loaded
+/// unchecked, with a note saying so.
+pub fn verify_checkpoint(ckpt: &Path, part: &str) -> Result<()> {
+    match lmrl_runs::verify(ckpt, part)? {
+        lmrl_runs::Verified::Checked { .. } => {}
+        lmrl_runs::Verified::NoManifest => eprintln!(
+            "note: checkpoint {} has no {} (written before checkpoints carried checksums): its \
+             files are not verified",
+            ckpt.display(),
+            lmrl_runs::MANIFEST_FILE
+        ),
+    }
+    Ok(())
+}
+
+/// Checks a model about to be loaded from `path` when it is part of a checkpoint — a
+/// checkpoint directory, or a copy in one (`iter-N/policy`, `iter-N/llm1`) — against the
+/// checkpoint's checksums. Anything else (a model directory, a `.gguf` file) is left alone.
+pub fn verify_model(path: &Path) -> Result<()> {
+    let is_ckpt = |d: &Path| {
+        d.join(lmrl_runs::MANIFEST_FILE).is_file() || d.join(lmrl_runs::STATE_FILE).is_file()
+    };
+    if path.is_dir() && is_ckpt(path) {
+        return verify_checkpoint(path, "");
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if path.is_dir() && is_ckpt(parent) => {
+            verify_checkpoint(parent, &name.to_string_lossy())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The model's configuration without loading its weights: `config.json` of a Hugging Face

@@ -24,7 +24,10 @@ mod task;
 mod trainer;
 
 pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
-pub use assets::{asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset};
+pub use assets::{
+    asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset, verify_checkpoint,
+    verify_model,
+};
 pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, LearnerSettings, POLICY, lora_targets};
 pub use device::{backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError, setting};
@@ -32,9 +35,9 @@ pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
 };
 pub use settings::{
-    Algo, CONFIG_FILE, Config, LearnerAlgo, RESUMABLE, Resolved, RunArgs, RunSettings, Section,
-    app_sections, in_section, read_config, resolve, resolve_with, section, section_prefixed,
-    to_toml, validate_learners, with_defaults,
+    Algo, CONFIG_FILE, Config, LearnerAlgo, MAX_INTEGER_SETTING, RESUMABLE, Resolved, RunArgs,
+    RunSettings, Section, app_sections, checked_integers, in_section, read_config, resolve,
+    resolve_with, section, section_prefixed, to_toml, validate_learners, with_defaults,
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};

@@ -214,7 +214,10 @@ impl RunDir {
     ) -> Result<(usize, T)> {
         let mut failed: Vec<(usize, PathBuf, TrainError)> = Vec::new();
         for (done, ckpt) in candidates {
-            match restore(*done, ckpt) {
+            // Its files checked against their checksums first: a damaged checkpoint is skipped
+            // like one that does not load.
+            let checked = crate::assets::verify_checkpoint(ckpt, "");
+            match checked.and_then(|()| restore(*done, ckpt)) {
                 Ok(t) => {
                     let newer: Vec<&PathBuf> = failed
                         .iter()

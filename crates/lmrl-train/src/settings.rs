@@ -306,6 +306,27 @@ pub fn validate_learners(
     ppo.validate().map_err(|e| in_section("ppo", e))?;
     grpo.validate().map_err(|e| in_section("grpo", e))?;
     rloo.validate().map_err(|e| in_section("rloo", e))?;
+    let learners = crate::copies::LearnerSettings {
+        ppo,
+        grpo,
+        rloo,
+        cory,
+    };
+    let per_step = learners.prompts_per_step(run.algo.learner(run.cory_learner));
+    match per_step.checked_mul(run.oversample) {
+        Some(n) if n <= lmrl_rl::MAX_STEP_BATCH => {}
+        _ => {
+            return Err(setting(
+                "run.oversample",
+                format!(
+                    "{} × {per_step} prompts per step is more than {} prompts drawn per \
+                     iteration",
+                    run.oversample,
+                    lmrl_rl::MAX_STEP_BATCH
+                ),
+            ));
+        }
+    }
     if run.algo == Algo::Cory && cory.swap_period == 0 {
         return Err(setting("cory.swap_period", "must be at least 1 for CORY"));
     }
@@ -372,6 +393,59 @@ pub fn with_defaults<C: Config>(mut cmd: Command) -> Command {
                 }
             });
         }
+    }
+    cmd
+}
+
+/// The largest integer a setting may take: TOML (and so `config.toml`) holds signed 64-bit
+/// integers, and a count or size beyond it is meaningless on any machine.
+pub const MAX_INTEGER_SETTING: u64 = i64::MAX as u64;
+
+/// Every unsigned integer flag of `cmd` and of its subcommands, at any depth, parsed with a
+/// checked conversion into its type and bounded by [`MAX_INTEGER_SETTING`]: a larger value, or a
+/// negative one, is a usage error naming the flag and the range (exit 2), never a wrapped or
+/// truncated number and never a panic further on. Apply it last, to the whole command.
+pub fn checked_integers(mut cmd: Command) -> Command {
+    use clap::builder::RangedU64ValueParser;
+    use std::any::TypeId;
+    let ids: Vec<(String, TypeId)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let t = a.get_value_parser().type_id();
+            [
+                TypeId::of::<u64>(),
+                TypeId::of::<usize>(),
+                TypeId::of::<u32>(),
+                TypeId::of::<u16>(),
+                TypeId::of::<u8>(),
+            ]
+            .into_iter()
+            .find(|id| t == *id)
+            .map(|id| (a.get_id().to_string(), id))
+        })
+        .collect();
+    for (id, t) in ids {
+        cmd = cmd.mut_arg(id, |a| {
+            let bound = 0..=MAX_INTEGER_SETTING;
+            if t == TypeId::of::<u64>() {
+                a.value_parser(RangedU64ValueParser::<u64>::new().range(bound))
+            } else if t == TypeId::of::<usize>() {
+                a.value_parser(RangedU64ValueParser::<usize>::new().range(bound))
+            } else if t == TypeId::of::<u32>() {
+                a.value_parser(RangedU64ValueParser::<u32>::new())
+            } else if t == TypeId::of::<u16>() {
+                a.value_parser(RangedU64ValueParser::<u16>::new())
+            } else {
+                a.value_parser(RangedU64ValueParser::<u8>::new())
+            }
+        });
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, checked_integers);
     }
     cmd
 }
@@ -479,8 +553,10 @@ pub fn resolve_with<C: Config>(
     forced: &Table,
 ) -> Result<Resolved<C>> {
     let given = given::<C>(matches);
-    let cli =
-        section_tables(&C::from_arg_matches(matches).map_err(|e| setting("flags", e.to_string()))?);
+    let cli = C::from_arg_matches(matches).map_err(|e| setting("flags", e.to_string()))?;
+    // A value TOML cannot hold (an integer past i64::MAX) is refused, not a panic; the flags
+    // of `checked_integers` never get here with one.
+    let cli = Table::try_from(&cli).map_err(|e| setting("flags", e.to_string()))?;
     let overlay = |mut base: Table, allowed: &dyn Fn(&str) -> bool| -> Table {
         for g in &given {
             if !allowed(&g.field) {
@@ -606,4 +682,70 @@ pub fn read_config<C: Config>(path: &Path) -> Result<C> {
 /// Writes the resolved settings as `config.toml` text.
 pub fn to_toml<C: Serialize>(config: &C) -> String {
     toml::to_string_pretty(config).expect("a config struct serialises to TOML")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Arg, ArgAction, value_parser};
+
+    fn cmd() -> Command {
+        let int = |name: &'static str| Arg::new(name).long(name).action(ArgAction::Set);
+        Command::new("app")
+            .arg(int("big").value_parser(value_parser!(u64)))
+            .arg(int("size").value_parser(value_parser!(usize)))
+            .arg(int("id").value_parser(value_parser!(u32)))
+            .arg(int("name"))
+            .subcommand(
+                Command::new("sub").subcommand(
+                    Command::new("deep").arg(int("n").value_parser(value_parser!(usize))),
+                ),
+            )
+    }
+
+    fn parse(args: &[&str]) -> std::result::Result<ArgMatches, clap::Error> {
+        checked_integers(cmd())
+            .try_get_matches_from(std::iter::once("app").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn integers_past_i64_max_or_negative_are_usage_errors_naming_the_flag() {
+        let m = parse(&[
+            "--big",
+            "9223372036854775807",
+            "--size",
+            "0",
+            "--id",
+            "4294967295",
+        ])
+        .unwrap();
+        assert_eq!(m.get_one::<u64>("big"), Some(&(i64::MAX as u64)));
+        assert_eq!(m.get_one::<usize>("size"), Some(&0));
+        assert_eq!(m.get_one::<u32>("id"), Some(&u32::MAX));
+        // Text flags are left alone.
+        let m = parse(&["--name", "18446744073709551616"]).unwrap();
+        assert_eq!(
+            m.get_one::<String>("name").map(String::as_str),
+            Some("18446744073709551616")
+        );
+        for (flag, v) in [
+            ("--big", "9223372036854775808"),
+            ("--big", "18446744073709551615"),
+            ("--size", "18446744073709551616"),
+            ("--size", "-1"),
+            ("--id", "4294967296"),
+        ] {
+            let e = parse(&[&format!("{flag}={v}")]).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flag} {v}"
+            );
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+        // Subcommands at any depth.
+        let e = parse(&["sub", "deep", "--n", "9223372036854775808"]).unwrap_err();
+        assert!(e.to_string().contains("--n"), "{e}");
+        assert!(parse(&["sub", "deep", "--n", "9223372036854775807"]).is_ok());
+    }
 }

@@ -155,6 +155,16 @@ impl<T: Task> Trainer<'_, T> {
             // A process killed between a save and its prune keeps one checkpoint too many.
             dir.checkpoints().prune(self.run.keep_checkpoints)?;
         }
+        // The logs are opened (and so repaired: rows past the checkpoint and a torn last line
+        // dropped) before anything reads them, also when nothing is left to train.
+        let resume_from = matches!(start, Start::Resume { .. }).then_some(first);
+        let mut logs = match out_dir {
+            Some(out) => Some((
+                MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
+                SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
+            )),
+            None => None,
+        };
         let total = self.run.iterations;
         if first >= total {
             if let Some(out) = out_dir {
@@ -171,14 +181,6 @@ impl<T: Task> Trainer<'_, T> {
         {
             eprintln!("resuming {} at iteration {first} of {total}", out.display());
         }
-        let resume_from = matches!(start, Start::Resume { .. }).then_some(first);
-        let mut logs = match out_dir {
-            Some(out) => Some((
-                MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
-                SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
-            )),
-            None => None,
-        };
         let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
         let (rank, world) = (self.collective.rank(), self.collective.world());
         // A signal to any rank while the model loaded or the base model was evaluated: the
@@ -253,7 +255,17 @@ impl<T: Task> Trainer<'_, T> {
             }
             let done = it + 1;
             // A signal to any rank stops every rank after the same iteration.
-            let stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+            let mut stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+            // `due` is the same on every rank (`stopping` is), so every rank asks again below.
+            let due = checkpoint_due(done, self.run.checkpoint_every, total, stopping);
+            if due && let Some(dir) = dir {
+                self.save(&copies, dir, done)?;
+            }
+            if due && !stopping {
+                // A signal that arrived during the save stops the run right after it: the
+                // checkpoint just written holds all the work, none is redone.
+                stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+            }
             let Some(dir) = dir else {
                 if stopping {
                     return Ok(Outcome::Stopped);
@@ -261,9 +273,6 @@ impl<T: Task> Trainer<'_, T> {
                 continue;
             };
             let out = dir.path();
-            if checkpoint_due(done, self.run.checkpoint_every, total, stopping) {
-                self.save(&copies, dir, done)?;
-            }
             if stopping {
                 eprintln!(
                     "stopped after iteration {done}; checkpoint {} kept.\nresume with: {} --resume {} --iterations {total}",

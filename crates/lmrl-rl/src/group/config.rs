@@ -238,7 +238,7 @@ pub struct GroupSizes {
 impl GroupSizes {
     /// Completions per step: prompts × G.
     pub fn completions(&self) -> usize {
-        self.prompts_per_step * self.num_generations
+        self.prompts_per_step.saturating_mul(self.num_generations)
     }
 
     /// Micro-batches per pass over the batch.
@@ -273,7 +273,20 @@ impl GroupSizes {
             }
         }
         let n = self.completions();
-        let per_step = self.mini_batch_size * self.gradient_accumulation_steps;
+        if n > crate::MAX_STEP_BATCH {
+            return bad(
+                "prompts_per_step",
+                format!(
+                    "{} prompts × {} generations is more than {} completions per step",
+                    self.prompts_per_step,
+                    self.num_generations,
+                    crate::MAX_STEP_BATCH
+                ),
+            );
+        }
+        let per_step = self
+            .mini_batch_size
+            .saturating_mul(self.gradient_accumulation_steps);
         if !n.is_multiple_of(per_step) {
             return bad(
                 "gradient_accumulation_steps",

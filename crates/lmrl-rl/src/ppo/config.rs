@@ -177,7 +177,9 @@ impl PpoConfig {
 
     /// `mini_batch_size · gradient_accumulation_steps` (TRL `backward_batch_size`).
     pub fn backward_batch_size(&self) -> usize {
-        self.mini_batch_size * self.gradient_accumulation_steps
+        // Saturating: a product past usize::MAX is larger than any batch, refused as such.
+        self.mini_batch_size
+            .saturating_mul(self.gradient_accumulation_steps)
     }
 
     /// The no-grad forward chunk size.
@@ -225,6 +227,16 @@ impl PpoConfig {
             if v == 0 {
                 return bad(field, "must be at least 1");
             }
+        }
+        if self.batch_size > crate::MAX_STEP_BATCH {
+            return bad(
+                "batch_size",
+                format!(
+                    "must be at most {}, got {}",
+                    crate::MAX_STEP_BATCH,
+                    self.batch_size
+                ),
+            );
         }
         if self.forward_batch_size == Some(0) {
             return bad("forward_batch_size", "must be at least 1");
