@@ -547,6 +547,7 @@ fn text_after_pipeline(pre: &str, text: &str) -> String {
             .replace("n\u{303}", "\u{f1}"),
         _ => text.to_string(),
     }
+}
 
 /// A `tokenizer.json` that is not JSON inside its `decoder` is an error naming the file: the
 /// tokenizers crate (0.22) panics on it ("Helper"), so the syntax is checked before it parses.
