@@ -36,10 +36,11 @@ impl ChatMessage {
     }
 }
 
-/// A model's chat template, with the special-token strings the template refers to.
+/// A model's chat template, compiled once, with the special-token strings it refers to.
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
     source: String,
+    env: Environment<'static>,
     bos_token: String,
     eos_token: String,
     /// Where the template was read from, for error messages.
@@ -57,14 +58,15 @@ impl ChatTemplate {
         eos_token: impl Into<String>,
         origin: &Path,
     ) -> Result<Self> {
-        let t = Self {
-            source: source.into(),
+        let source = source.into();
+        let env = environment(&source).map_err(|e| chat_err(origin, e))?;
+        Ok(Self {
+            source,
+            env,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
             origin: origin.to_path_buf(),
-        };
-        t.environment()?;
-        Ok(t)
+        })
     }
 
     /// The Jinja source.
@@ -98,35 +100,37 @@ impl ChatTemplate {
         );
         set(&mut ctx, "bos_token", self.bos_token.clone().into());
         set(&mut ctx, "eos_token", self.eos_token.clone().into());
-        let env = self.environment()?;
-        let tmpl = env.get_template(NAME).map_err(|e| self.err(e))?;
+        let tmpl = self.env.get_template(NAME).map_err(|e| self.err(e))?;
         tmpl.render(Value::from(Serde(serde_json::Value::Object(ctx))))
             .map_err(|e| self.err(e))
     }
 
-    fn environment(&self) -> Result<Environment<'static>> {
-        let mut env = Environment::new();
-        let syntax = minijinja::syntax::SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .map_err(|e| self.err(e))?;
-        env.set_syntax(syntax);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_filter("tojson", tojson);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(NAME, self.source.clone())
-            .map_err(|e| self.err(e))?;
-        Ok(env)
-    }
-
     fn err(&self, e: impl std::fmt::Display) -> ModelError {
-        ModelError::Tokenizer {
-            path: self.origin.clone(),
-            reason: format!("chat template: {e}"),
-        }
+        chat_err(&self.origin, e)
     }
+}
+
+fn chat_err(origin: &Path, e: impl std::fmt::Display) -> ModelError {
+    ModelError::Tokenizer {
+        path: origin.to_path_buf(),
+        reason: format!("chat template: {e}"),
+    }
+}
+
+/// `source` compiled in transformers' dialect (see the module doc).
+fn environment(source: &str) -> std::result::Result<Environment<'static>, Error> {
+    let mut env = Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()?;
+    env.set_syntax(syntax);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_filter("tojson", tojson);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env.add_template_owned(NAME, source.to_string())?;
+    Ok(env)
 }
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=indent)`.

@@ -17,6 +17,7 @@ mod error;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod parallel;
+mod rows;
 mod session;
 mod settings;
 mod streams;
@@ -31,6 +32,7 @@ pub use assets::{
 pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, LearnerSettings, POLICY, lora_targets};
 pub use device::{backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError, setting};
+pub use rows::{cory_rows, metric_row};
 pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
 };
@@ -41,4 +43,4 @@ pub use settings::{
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};
-pub use trainer::{Outcome, SUMMARY_FILE, Trainer, cory_rows, generate_chunked, metric_row};
+pub use trainer::{Outcome, SUMMARY_FILE, Trainer, generate_chunked};
