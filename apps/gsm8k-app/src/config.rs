@@ -6,8 +6,8 @@ use clap::Args;
 use lmrl_models::ValueHeadInit;
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 use lmrl_train::{
-    Algo, Config, LearnerAlgo, RunSettings, Section, TrainConfig, app_sections, setting,
-    validate_learners,
+    Algo, Config, LearnerAlgo, LearnerSettings, RunSettings, Section, TrainConfig, app_sections,
+    setting, validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -306,7 +306,7 @@ impl Config for Gsm8kConfig {
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        validate_learners(&self.run, &self.ppo, &self.grpo, &self.rloo, &self.cory)?;
+        validate_learners(&self.run, &self.learners())?;
         let t = &self.gsm8k;
         if t.max_new_tokens == 0 {
             return Err(setting("gsm8k.max_new_tokens", "must be at least 1"));
@@ -348,20 +348,13 @@ impl Config for Gsm8kConfig {
 }
 
 impl TrainConfig for Gsm8kConfig {
-    fn ppo(&self) -> &PpoConfig {
-        &self.ppo
-    }
-
-    fn cory(&self) -> &CoryConfig {
-        &self.cory
-    }
-
-    fn grpo(&self) -> &GrpoConfig {
-        &self.grpo
-    }
-
-    fn rloo(&self) -> &RlooConfig {
-        &self.rloo
+    fn learners(&self) -> LearnerSettings<'_> {
+        LearnerSettings {
+            ppo: &self.ppo,
+            grpo: &self.grpo,
+            rloo: &self.rloo,
+            cory: &self.cory,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer, Sampling, generate};
+use lmrl_models::{AutoLm, CausalLm, GenerationConfig, LmTokenizer, Sampling, generate};
 use lmrl_rewards::{check_answer, extract_response_answer};
 use serde::{Deserialize, Serialize};
 
@@ -77,8 +77,8 @@ pub struct Evaluated {
 }
 
 /// Samples `k` answers for every task and checks them.
-pub fn evaluate(
-    lm: &AutoLm,
+pub fn evaluate<M: CausalLm>(
+    lm: &M,
     tok: &LmTokenizer,
     tasks: &[MathTask],
     s: &EvalSettings,
@@ -161,12 +161,12 @@ pub fn evaluate(
 
 /// Runs [`evaluate`] and packs the row.
 #[allow(clippy::too_many_arguments)]
-pub fn eval_row(
+pub fn eval_row<M: CausalLm>(
     stage: &str,
     agent: &str,
     dataset: &str,
     split: Split,
-    lm: &AutoLm,
+    lm: &M,
     tok: &LmTokenizer,
     tasks: &[MathTask],
     s: &EvalSettings,
@@ -431,7 +431,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         generation_batch_size: args.batch_size,
         seed: args.seed,
         eos: end_ids(tok.eos_token_ids(), config.eos_token_id()),
-        pad: lmrl_train::pad_id(&tok, &config),
+        pad: lmrl_train::pad_id(&tok, config.eos_token_id()),
         stop_sequences: setup::stop_sequences(&tok, &stop_strings)?,
     };
     eprintln!(

@@ -34,10 +34,9 @@ pub fn run(matches: &ArgMatches) -> Result<ExitCode> {
 
 /// The `train` command: `lmrl_train`'s loop on the math task.
 pub fn train(matches: &ArgMatches, args: &TrainArgs) -> Result<ExitCode> {
-    Ok(lmrl_train::train_command::<Gsm8kConfig, _>(
-        "gsm8k-app",
-        matches,
-        &args.run,
-        GsmTask::build,
-    )?)
+    Ok(lmrl_train::train_command::<
+        Gsm8kConfig,
+        lmrl_models::AutoLm,
+        _,
+    >("gsm8k-app", matches, &args.run, GsmTask::build)?)
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
-use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer, ModelError, Sampling};
+use lmrl_models::{CausalLm, GenerationConfig, LmTokenizer, ModelError, Sampling};
 use lmrl_rewards::{
     AnswerChecker, AnswerContext, Reward, RewardError, Sample, cut_continuation,
     extract_response_answer,
@@ -94,7 +94,7 @@ impl GsmTask {
         let dataset = setup::source_name(&problems);
         let (train_p, test_p) = setup::train_test(problems, t.test_fraction, t.split_seed)?;
         let room = context_room(cfg);
-        let max_pos = env.model.max_positions();
+        let max_pos = env.model.max_positions;
         if room >= max_pos {
             bail!(
                 "gsm8k.max_new_tokens = {} leaves no room for a prompt: a response needs {room} \
@@ -151,7 +151,7 @@ impl GsmTask {
             tokenizer: env.tokenizer.clone(),
             prompter,
             device: env.device.clone(),
-            eos: end_ids(env.tokenizer.eos_token_ids(), env.model.eos_token_id()),
+            eos: end_ids(env.tokenizer.eos_token_ids(), env.model.eos_token_id),
             pad: env.pad_id,
             seed: cfg.run.seed,
             generation_batch_size: cfg.run.generation_batch_size,
@@ -180,7 +180,12 @@ impl GsmTask {
     /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table: the
     /// "before" rows start it (a run started again in place replaces those of its first try),
     /// the "after" rows replace any earlier "after" rows and keep the "before" ones (a resume).
-    fn evaluate_copies(&self, stage: Stage, copies: &[(&str, &AutoLm)], out: &Path) -> Result<()> {
+    fn evaluate_copies<M: CausalLm>(
+        &self,
+        stage: Stage,
+        copies: &[(&str, &M)],
+        out: &Path,
+    ) -> Result<()> {
         if self.settings.eval_limit == 0 || self.test.is_empty() {
             return Ok(());
         }
@@ -201,7 +206,7 @@ impl GsmTask {
                 name,
                 self.dataset,
                 Split::Test,
-                lm,
+                *lm,
                 &self.tokenizer,
                 &self.test,
                 &self.eval_settings(),
@@ -252,7 +257,7 @@ fn write_eval(out: &Path, rows: &[EvalRow]) -> Result<()> {
     Ok(())
 }
 
-impl Task for GsmTask {
+impl<M: CausalLm> Task<M> for GsmTask {
     type Context = Problem;
 
     fn prompts(&self) -> &[Prompt<Problem>] {
@@ -320,7 +325,7 @@ impl Task for GsmTask {
     fn evaluate(
         &self,
         stage: Stage,
-        copies: &[(&str, &AutoLm)],
+        copies: &[(&str, &M)],
         out: &Path,
     ) -> std::result::Result<(), TaskError> {
         self.evaluate_copies(stage, copies, out)

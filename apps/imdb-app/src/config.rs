@@ -6,8 +6,8 @@ use clap::Args;
 use lmrl_models::ValueHeadInit;
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 use lmrl_train::{
-    Algo, Config, LearnerAlgo, RunSettings, Section, TrainConfig, app_sections, setting,
-    validate_learners,
+    Algo, Config, LearnerAlgo, LearnerSettings, RunSettings, Section, TrainConfig, app_sections,
+    setting, validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -179,7 +179,7 @@ impl Config for ImdbConfig {
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
-        validate_learners(&self.run, &self.ppo, &self.grpo, &self.rloo, &self.cory)?;
+        validate_learners(&self.run, &self.learners())?;
         let t = &self.imdb;
         if t.prompt_tokens_min == 0 || t.prompt_tokens_min > t.prompt_tokens_max {
             return Err(setting(
@@ -204,20 +204,13 @@ impl Config for ImdbConfig {
 }
 
 impl TrainConfig for ImdbConfig {
-    fn ppo(&self) -> &PpoConfig {
-        &self.ppo
-    }
-
-    fn cory(&self) -> &CoryConfig {
-        &self.cory
-    }
-
-    fn grpo(&self) -> &GrpoConfig {
-        &self.grpo
-    }
-
-    fn rloo(&self) -> &RlooConfig {
-        &self.rloo
+    fn learners(&self) -> LearnerSettings<'_> {
+        LearnerSettings {
+            ppo: &self.ppo,
+            grpo: &self.grpo,
+            rloo: &self.rloo,
+            cory: &self.cory,
+        }
     }
 }
 

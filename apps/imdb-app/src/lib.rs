@@ -38,10 +38,9 @@ pub fn run(matches: &ArgMatches) -> Result<ExitCode> {
 
 /// The `train` command: `lmrl_train`'s loop on the IMDB task.
 pub fn train(matches: &ArgMatches, args: &TrainArgs) -> Result<ExitCode> {
-    Ok(lmrl_train::train_command::<ImdbConfig, _>(
-        "imdb-app",
-        matches,
-        &args.run,
-        ImdbTask::build,
-    )?)
+    Ok(lmrl_train::train_command::<
+        ImdbConfig,
+        lmrl_models::AutoLm,
+        _,
+    >("imdb-app", matches, &args.run, ImdbTask::build)?)
 }

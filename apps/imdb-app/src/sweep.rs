@@ -147,7 +147,7 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
                         dir.display()
                     );
                     let resolved = Resolved { resume, ..fresh };
-                    match lmrl_train::train_resolved(
+                    match lmrl_train::train_resolved::<_, lmrl_models::AutoLm, _>(
                         "imdb-app sweep",
                         &resolved,
                         &run_args,

@@ -119,7 +119,7 @@ impl ImdbTask {
     /// The task of the settings `cfg`, with its reward and prompts loaded.
     pub fn new(cfg: &ImdbConfig, env: &TaskEnv<'_>) -> Result<Self> {
         let t = &cfg.imdb;
-        let max_pos = env.model.max_positions();
+        let max_pos = env.model.max_positions;
         match t.prompt_tokens_max.checked_add(t.response_tokens_max) {
             Some(n) if n <= max_pos => {}
             _ => bail!(
@@ -165,7 +165,7 @@ impl ImdbTask {
     }
 }
 
-impl Task for ImdbTask {
+impl<M: lmrl_models::CausalLm> Task<M> for ImdbTask {
     type Context = SentimentContext;
 
     fn prompts(&self) -> &[Prompt<SentimentContext>] {

@@ -11,47 +11,35 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use burn::module::Module;
 use burn::tensor::Device;
 use clap::ArgMatches;
 use lmrl_data::AssetCache;
-use lmrl_models::{AutoLm, LmTokenizer, ModelConfig};
-use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
+use lmrl_models::LmTokenizer;
 
-use crate::assets::{asset_cache, load_tokenizer, pad_id, resolve_path_or_asset};
+use crate::algorithms::{Algo, LearnerSettings};
+use crate::assets::{asset_cache, pad_id};
 use crate::copies::{CopySpec, Llm2Device};
 use crate::device::select_device;
-use crate::error::{Result, TaskError, TrainError};
+use crate::error::{Result, TaskError, TrainError, chain};
+use crate::model::{LoadModel, ModelInfo};
 use crate::parallel::{RankContext, open_run_dir, run_ranks};
 use crate::session::{RunDir, install_signal_handler};
-use crate::settings::{Algo, CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
+use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
 use crate::task::Task;
 use crate::trainer::{Outcome, Trainer};
 
 /// A [`Config`] with the learners' sections.
 pub trait TrainConfig: Config {
-    /// The `[ppo]` section.
-    fn ppo(&self) -> &PpoConfig;
-    /// The `[cory]` section.
-    fn cory(&self) -> &CoryConfig;
-    /// The `[grpo]` section.
-    fn grpo(&self) -> &GrpoConfig;
-    /// The `[rloo]` section.
-    fn rloo(&self) -> &RlooConfig;
+    /// The sections of the learners (`[ppo]`, `[grpo]`, `[rloo]`) and `[cory]`.
+    fn learners(&self) -> LearnerSettings<'_>;
 
     /// Prompts drawn per iteration: the learner's batch (PPO's `batch_size`, or the group
     /// learner's `prompts_per_step`) times `[run] oversample`. A task needs at least this many.
     fn prompts_drawn(&self) -> usize {
         let run = self.run();
         let learner = run.algo.learner(run.cory_learner);
-        let learners = crate::copies::LearnerSettings {
-            ppo: self.ppo(),
-            grpo: self.grpo(),
-            rloo: self.rloo(),
-            cory: self.cory(),
-        };
         // Checked when the settings are (`validate_learners`); saturating here all the same.
-        learners
+        self.learners()
             .prompts_per_step(learner)
             .saturating_mul(run.oversample)
     }
@@ -60,8 +48,8 @@ pub trait TrainConfig: Config {
 /// What a task is built from.
 pub struct TaskEnv<'a> {
     pub tokenizer: &'a LmTokenizer,
-    /// The policy's hyper-parameters (context length, vocabulary).
-    pub model: &'a ModelConfig,
+    /// What the task may need to know of the policy (context length, its own EOS id).
+    pub model: &'a ModelInfo,
     pub cache: &'a AssetCache,
     /// The compute device (without autodiff), for reward models.
     pub device: &'a Device,
@@ -76,8 +64,9 @@ pub struct TaskEnv<'a> {
 /// (sub)command that flattens `C` and [`RunArgs`]. Settings that cannot be resolved are
 /// printed and give exit code 2, as a bad flag does; a finished run gives 0, one stopped by a
 /// signal 130. `build` makes the task from the resolved settings (once per data-parallel
-/// rank, [`crate::parallel`]).
-pub fn train_command<C, T>(
+/// rank, [`crate::parallel`]). `M` is the model type (`AutoLm` for Hugging Face and GGUF
+/// checkpoints, or one's own [`LoadModel`]).
+pub fn train_command<C, M, T>(
     app: &str,
     matches: &ArgMatches,
     args: &RunArgs,
@@ -85,7 +74,8 @@ pub fn train_command<C, T>(
 ) -> Result<ExitCode>
 where
     C: TrainConfig + Sync,
-    T: Task,
+    M: LoadModel,
+    T: Task<M>,
 {
     let resolved = match resolve::<C>(matches, args) {
         Ok(r) => r,
@@ -98,16 +88,18 @@ where
         }
     };
     install_signal_handler();
-    Ok(match train_resolved(app, &resolved, args, build)? {
-        Outcome::Finished => ExitCode::SUCCESS,
-        Outcome::Stopped => ExitCode::from(130),
-    })
+    Ok(
+        match train_resolved::<C, M, T>(app, &resolved, args, build)? {
+            Outcome::Finished => ExitCode::SUCCESS,
+            Outcome::Stopped => ExitCode::from(130),
+        },
+    )
 }
 
 /// Trains the resolved run `resolved` (what [`train_command`] does after resolving; a sweep
 /// calls it once per run) on every rank the device flag and the environment ask for
 /// ([`crate::parallel`]). The caller installs the signal handler.
-pub fn train_resolved<C, T>(
+pub fn train_resolved<C, M, T>(
     app: &str,
     resolved: &Resolved<C>,
     args: &RunArgs,
@@ -115,15 +107,16 @@ pub fn train_resolved<C, T>(
 ) -> Result<Outcome>
 where
     C: TrainConfig + Sync,
-    T: Task,
+    M: LoadModel,
+    T: Task<M>,
 {
     run_ranks(args.device.as_deref(), |rank| {
-        train_rank(app, resolved, args, &build, rank)
+        train_rank::<C, M, T>(app, resolved, args, &build, rank)
     })
 }
 
 /// One rank of [`train_resolved`].
-fn train_rank<C, T>(
+fn train_rank<C, M, T>(
     app: &str,
     resolved: &Resolved<C>,
     args: &RunArgs,
@@ -132,7 +125,8 @@ fn train_rank<C, T>(
 ) -> Result<Outcome>
 where
     C: TrainConfig,
-    T: Task,
+    M: LoadModel,
+    T: Task<M>,
 {
     let cfg = &resolved.config;
     let run = cfg.run();
@@ -151,26 +145,21 @@ where
     let device = rank.device;
     device.seed(run.seed);
     let train_device = device.clone().autodiff();
-    let model_path = resolve_path_or_asset(&cache, &run.model)?;
-    let (tokenizer, model_config) = load_tokenizer(&model_path)?;
+    let (tokenizer, info) = M::describe(&run.model, &cache)?;
     let env = TaskEnv {
         tokenizer: &tokenizer,
-        model: &model_config,
+        model: &info,
         cache: &cache,
         device: &device,
-        pad_id: pad_id(&tokenizer, &model_config),
+        pad_id: pad_id(&tokenizer, info.eos_token_id),
         rank: collective.rank(),
     };
     let task = build(cfg, &env).map_err(|source| TrainError::Task {
         what: "cannot set up the task".into(),
         source,
     })?;
-    let base = AutoLm::from_pretrained(&model_path, &train_device).map_err(|source| {
-        TrainError::Model {
-            path: model_path.clone(),
-            source,
-        }
-    })?;
+    let base = M::load(&info, &train_device)?;
+    let spec = CopySpec::new(run, cfg.learners(), &base)?;
     let (dir, start) = open_run_dir(collective, || match claim {
         Some(claim) => claim.open(),
         None => Err(TrainError::Rank {
@@ -187,13 +176,6 @@ where
         device: plain.clone().autodiff(),
         reference: reference.clone().to_device(&plain),
     });
-    let learners = crate::copies::LearnerSettings {
-        ppo: cfg.ppo(),
-        grpo: cfg.grpo(),
-        rloo: cfg.rloo(),
-        cory: cfg.cory(),
-    };
-    let spec = CopySpec::new(run, learners, &model_config);
     let trainer = Trainer {
         task: &task,
         tokenizer: &tokenizer,
@@ -264,78 +246,4 @@ fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {
         &out.join(CONFIG_FILE),
         to_toml(cfg).as_bytes(),
     )?)
-}
-
-/// An error and its causes on one line (`a: b: c`), each cause once: a cause whose text is
-/// already there is left out, and one that repeats the text before it (a library that puts
-/// its source into its own message) replaces that text.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        let last = parts.last_mut().expect("starts with one");
-        if t.contains(last.as_str()) {
-            *last = t;
-        } else if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        cur = c.source();
-    }
-    parts.join(": ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug)]
-    struct E(String, Option<Box<E>>);
-
-    impl std::fmt::Display for E {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(&self.0)
-        }
-    }
-
-    impl std::error::Error for E {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|e| e as _)
-        }
-    }
-
-    fn e(parts: &[&str]) -> E {
-        parts
-            .iter()
-            .rev()
-            .fold(None, |inner, p| Some(E(p.to_string(), inner.map(Box::new))))
-            .unwrap()
-    }
-
-    #[test]
-    fn every_cause_is_shown_once() {
-        let os = "Read-only file system (os error 30)";
-        assert_eq!(
-            chain(&e(&["cannot write /r/config.toml", os])),
-            format!("cannot write /r/config.toml: {os}")
-        );
-        // A library that repeats its source in its message, under a context that names the
-        // file too.
-        assert_eq!(
-            chain(&e(&[
-                "cannot load the model /m",
-                &format!("cannot read /m/config.json: {os}"),
-                os
-            ])),
-            format!("cannot load the model /m: cannot read /m/config.json: {os}")
-        );
-        assert_eq!(
-            chain(&e(&[
-                "cannot read /m",
-                &format!("cannot read /m: {os}"),
-                os
-            ])),
-            format!("cannot read /m: {os}")
-        );
-    }
 }

@@ -98,11 +98,12 @@ pub fn load_tokenizer(model_path: &Path) -> Result<(LmTokenizer, ModelConfig)> {
     Ok((tok, config))
 }
 
-/// The padding id of the RL batches: the tokenizer's, else EOS, else 0.
-pub fn pad_id(tok: &LmTokenizer, config: &ModelConfig) -> u32 {
+/// The padding id of the RL batches: the tokenizer's, else its EOS, else the model's own EOS
+/// (`model_eos`), else 0.
+pub fn pad_id(tok: &LmTokenizer, model_eos: Option<u32>) -> u32 {
     tok.pad_token_id()
         .or(tok.eos_token_id())
-        .or(config.eos_token_id())
+        .or(model_eos)
         .unwrap_or(0)
 }
 

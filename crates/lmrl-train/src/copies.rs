@@ -6,17 +6,15 @@
 //! run adds `state.toml`.
 use std::path::Path;
 
-use burn::module::Module;
 use burn::tensor::Device;
-use lmrl_models::{
-    AutoLm, LmTokenizer, LmWithValueHead, LoraConfig, ModelConfig, Pretrained, VALUE_HEAD_FILE,
-    ValueHead, apply_lora, merge_lora,
-};
-use lmrl_rl::{CoryTrainer, GroupAgent, GrpoConfig, Learner, PpoAgent, PpoConfig, RlooConfig};
+use lmrl_models::{LmTokenizer, LoraConfig, VALUE_HEAD_FILE, ValueHead, apply_lora, merge_lora};
+use lmrl_rl::{CoryTrainer, GrpoConfig, Learner, PpoConfig, RlooConfig};
 use lmrl_runs::{AgentState, CheckpointDir, STATE_FORMAT, TrainState};
 
-use crate::error::{Result, TrainError, saving};
-use crate::settings::{Algo, LearnerAlgo, RunSettings};
+use crate::algorithms::{Algo, DynLearner, LearnerAlgo, LearnerSettings};
+use crate::error::{Result, TrainError, saving, setting};
+use crate::model::TrainModel;
+use crate::settings::RunSettings;
 
 /// Checkpoint subdirectory of a single learner.
 pub const POLICY: &str = "policy";
@@ -30,30 +28,19 @@ pub const LORA_FILE: &str = "lora_model.bpk";
 /// and the frozen reference copied onto it. llm2 is still made on the run's device (its value
 /// head and LoRA adapters drawn from that device's generator, as in a run on one device) and
 /// then moved, so the placement changes no initial weight.
-pub struct Llm2Device {
+pub struct Llm2Device<M> {
     /// llm2's training device (autodiff).
     pub device: Device,
     /// The frozen reference on that device (without autodiff).
-    pub reference: AutoLm,
+    pub reference: M,
 }
-
-/// `module` on llm2's device if `to` is given (fresh autodiff leaves there), else as it is.
-fn moved<T: Module>(module: T, to: Option<&Llm2Device>) -> T {
-    match to {
-        None => module,
-        Some(p) => module.fork(&p.device),
-    }
-}
-
-/// A learner of this crate's models, chosen at run time.
-pub type DynLearner = Box<dyn Learner<AutoLm>>;
 
 /// What is trained.
-pub enum Copies {
+pub enum Copies<M: TrainModel> {
     /// One learner (PPO, GRPO or RLOO).
-    Single(DynLearner),
+    Single(DynLearner<M>),
     /// CORY's pioneer and observer.
-    Cory(Box<CoryTrainer<AutoLm, DynLearner>>),
+    Cory(Box<CoryTrainer<M, DynLearner<M>>>),
 }
 
 /// How the copies of a run are built: the algorithm (and CORY's base learner), every
@@ -71,31 +58,24 @@ pub struct CopySpec {
     pub head: lmrl_models::ValueHeadInit,
 }
 
-/// The learners' sections of a run's settings.
-#[derive(Debug, Clone, Copy)]
-pub struct LearnerSettings<'a> {
-    pub ppo: &'a PpoConfig,
-    pub grpo: &'a GrpoConfig,
-    pub rloo: &'a RlooConfig,
-    pub cory: &'a lmrl_rl::CoryConfig,
-}
-
-impl LearnerSettings<'_> {
-    /// Prompts one step of `learner` takes: PPO's `batch_size` (one response each), or the
-    /// group learner's `prompts_per_step` (each answered `num_generations` times).
-    pub fn prompts_per_step(&self, learner: LearnerAlgo) -> usize {
-        match learner {
-            LearnerAlgo::Ppo => self.ppo.batch_size,
-            LearnerAlgo::Grpo => self.grpo.prompts_per_step,
-            LearnerAlgo::Rloo => self.rloo.prompts_per_step,
-        }
-    }
-}
-
 impl CopySpec {
-    /// The spec of a run's settings; LoRA targets follow the model's architecture.
-    pub fn new(run: &RunSettings, learners: LearnerSettings<'_>, model: &ModelConfig) -> Self {
-        Self {
+    /// The spec of a run's settings; LoRA targets follow the model's architecture
+    /// ([`TrainModel::lora_targets`]; a LoRA run of a model that names none is refused).
+    pub fn new<M: TrainModel>(
+        run: &RunSettings,
+        learners: LearnerSettings<'_>,
+        model: &M,
+    ) -> Result<Self> {
+        let lora = match run.lora_rank {
+            0 => None,
+            rank => Some(model.lora_targets(rank, run.lora_alpha).ok_or_else(|| {
+                setting(
+                    "run.lora_rank",
+                    "this model names no LoRA targets (TrainModel::lora_targets); use 0",
+                )
+            })?),
+        };
+        Ok(Self {
             algo: run.algo,
             learner: run.algo.learner(run.cory_learner),
             ppo: learners.ppo.clone(),
@@ -107,34 +87,28 @@ impl CopySpec {
                     .then(|| learners.prompts_per_step(run.algo.learner(run.cory_learner))),
                 ..learners.cory.clone()
             },
-            lora: (run.lora_rank > 0).then(|| lora_targets(run.lora_rank, run.lora_alpha, model)),
+            lora,
             head: run.value_head_init,
+        })
+    }
+
+    fn learners(&self) -> LearnerSettings<'_> {
+        LearnerSettings {
+            ppo: &self.ppo,
+            grpo: &self.grpo,
+            rloo: &self.rloo,
+            cory: &self.cory,
         }
     }
 
     /// Prompts per iteration ([`LearnerSettings::prompts_per_step`] of the copies' learner).
     pub fn prompts_per_iteration(&self) -> usize {
-        let learners = LearnerSettings {
-            ppo: &self.ppo,
-            grpo: &self.grpo,
-            rloo: &self.rloo,
-            cory: &self.cory,
-        };
-        learners.prompts_per_step(self.learner)
+        self.learners().prompts_per_step(self.learner)
     }
 
     /// Responses sampled per prompt (1 for PPO, G for the group learners).
     pub fn samples_per_prompt(&self) -> usize {
-        match self.learner {
-            LearnerAlgo::Ppo => 1,
-            LearnerAlgo::Grpo => self.grpo.num_generations,
-            LearnerAlgo::Rloo => self.rloo.num_generations,
-        }
-    }
-
-    /// Whether the copies have a value head (PPO).
-    pub fn has_value_head(&self) -> bool {
-        self.learner == LearnerAlgo::Ppo
+        self.learners().samples_per_prompt(self.learner)
     }
 
     /// The policy a fresh learner starts from: `base`, with LoRA adapters when asked.
@@ -144,7 +118,7 @@ impl CopySpec {
     /// concurrent updates) would be one graph, which burn 0.22's autodiff deadlocks on (its
     /// global graph lock and a graph's own lock are taken in opposite orders by `register` and
     /// `backward`). A fork has fresh leaves holding the same values.
-    fn policy(&self, base: &AutoLm, device: &Device) -> Result<AutoLm> {
+    fn policy<M: TrainModel>(&self, base: &M, device: &Device) -> Result<M> {
         let own = base.clone().fork(device);
         match &self.lora {
             None => Ok(own),
@@ -154,67 +128,43 @@ impl CopySpec {
 
     /// The learner of `policy` (with `head` for PPO; a fresh one drawn on `device` if `None`),
     /// on `device` or, with `to`, moved to llm2's device.
-    fn learner(
+    fn learner<M: TrainModel>(
         &self,
-        policy: AutoLm,
+        policy: M,
         head: Option<ValueHead>,
         device: &Device,
-        to: Option<&Llm2Device>,
-    ) -> Result<DynLearner> {
-        let on = to.map_or(device, |p| &p.device);
-        Ok(match self.learner {
-            LearnerAlgo::Ppo => {
-                let v_head = head.unwrap_or_else(|| {
-                    let hidden = lmrl_models::CausalLm::hidden_size(&policy);
-                    ValueHead::new(hidden, self.head, device)
-                });
-                let model = moved(LmWithValueHead { lm: policy, v_head }, to);
-                Box::new(PpoAgent::new(model, self.ppo.clone(), on)?)
-            }
-            LearnerAlgo::Grpo => {
-                Box::new(GroupAgent::grpo(moved(policy, to), self.grpo.clone(), on)?)
-            }
-            LearnerAlgo::Rloo => {
-                Box::new(GroupAgent::rloo(moved(policy, to), self.rloo.clone(), on)?)
-            }
-        })
+        to: Option<&Llm2Device<M>>,
+    ) -> Result<DynLearner<M>> {
+        self.learners().build(
+            self.learner,
+            policy,
+            (head, self.head),
+            device,
+            to.map(|p| &p.device),
+        )
     }
 
     /// A fresh learner on `base` (each call gives an independent copy, with its own head for
     /// PPO), made on `device` and then moved to `to`'s device if given.
-    fn fresh_learner(
+    fn fresh_learner<M: TrainModel>(
         &self,
-        base: &AutoLm,
+        base: &M,
         device: &Device,
-        to: Option<&Llm2Device>,
-    ) -> Result<DynLearner> {
+        to: Option<&Llm2Device<M>>,
+    ) -> Result<DynLearner<M>> {
         self.learner(self.policy(base, device)?, None, device, to)
     }
 }
 
-/// The LoRA adapters of `rank`: every attention and MLP projection (Llama) or every GPT-2
-/// projection, scale α / rank.
-pub fn lora_targets(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig {
-    match model {
-        ModelConfig::Llama(_) => LoraConfig::attention_and_mlp(rank, alpha),
-        ModelConfig::Gpt2(_) => LoraConfig {
-            rank,
-            alpha,
-            target_modules: ["c_attn", "c_proj", "c_fc"].map(String::from).to_vec(),
-            init_std: None,
-        },
-    }
-}
-
-impl Copies {
+impl<M: TrainModel> Copies<M> {
     /// Fresh copies of `base` (CORY's llm1 is made first, then llm2, which then moves to
     /// `llm2_device` if given), scored against `reference`.
     pub fn fresh(
         spec: &CopySpec,
-        base: &AutoLm,
-        reference: &AutoLm,
+        base: &M,
+        reference: &M,
         device: &Device,
-        llm2_device: Option<&Llm2Device>,
+        llm2_device: Option<&Llm2Device<M>>,
     ) -> Result<Self> {
         Ok(match spec.algo {
             Algo::Ppo | Algo::Grpo | Algo::Rloo => {
@@ -229,11 +179,11 @@ impl Copies {
     }
 
     /// Every trained copy by name, sorted (`policy`, or `llm1`, `llm2`).
-    pub fn named(&self) -> Vec<(&'static str, &DynLearner)> {
+    pub fn named(&self) -> Vec<(&'static str, &DynLearner<M>)> {
         match self {
             Copies::Single(l) => vec![(POLICY, l)],
             Copies::Cory(t) => (0..2)
-                .map(|i| (CoryTrainer::<AutoLm, DynLearner>::llm_name(i), t.llm(i)))
+                .map(|i| (CoryTrainer::<M, DynLearner<M>>::llm_name(i), t.llm(i)))
                 .collect(),
         }
     }
@@ -249,7 +199,7 @@ impl Copies {
                     1
                 };
                 [p, 1 - p]
-                    .map(|i| CoryTrainer::<AutoLm, DynLearner>::llm_name(i).to_string())
+                    .map(|i| CoryTrainer::<M, DynLearner<M>>::llm_name(i).to_string())
                     .to_vec()
             }
         }
@@ -298,12 +248,12 @@ impl Copies {
     pub fn restore(
         spec: &CopySpec,
         dir: &Path,
-        base: &AutoLm,
-        reference: &AutoLm,
+        base: &M,
+        reference: &M,
         device: &Device,
-        llm2_device: Option<&Llm2Device>,
+        llm2_device: Option<&Llm2Device<M>>,
     ) -> Result<Self> {
-        let learner = |name: &str, to: Option<&Llm2Device>| -> Result<DynLearner> {
+        let learner = |name: &str, to: Option<&Llm2Device<M>>| -> Result<DynLearner<M>> {
             let d = dir.join(name);
             let (policy, head) =
                 load_weights(spec, base, &d, device).map_err(|source| TrainError::Restore {
@@ -330,7 +280,7 @@ impl Copies {
                 Copies::Single(l)
             }
             Algo::Cory => {
-                let names = [0, 1].map(CoryTrainer::<AutoLm, DynLearner>::llm_name);
+                let names = [0, 1].map(CoryTrainer::<M, DynLearner<M>>::llm_name);
                 let llm1 = learner(names[0], None)?;
                 let llm2 = learner(names[1], llm2_device)?;
                 let mut t = cory(spec, llm1, llm2, reference, llm2_device)?;
@@ -343,13 +293,13 @@ impl Copies {
 }
 
 /// CORY's trainer of `llm1` and `llm2`, each scored against the reference on its own device.
-fn cory(
+fn cory<M: TrainModel>(
     spec: &CopySpec,
-    llm1: DynLearner,
-    llm2: DynLearner,
-    reference: &AutoLm,
-    llm2_device: Option<&Llm2Device>,
-) -> Result<CoryTrainer<AutoLm, DynLearner>> {
+    llm1: DynLearner<M>,
+    llm2: DynLearner<M>,
+    reference: &M,
+    llm2_device: Option<&Llm2Device<M>>,
+) -> Result<CoryTrainer<M, DynLearner<M>>> {
     let second = llm2_device.map_or(reference, |p| &p.reference);
     let references = [reference.clone(), second.clone()];
     Ok(CoryTrainer::with_references(
@@ -360,20 +310,19 @@ fn cory(
     )?)
 }
 
-/// Writes one copy's weights into `d` as a Hugging Face checkpoint (LoRA adapters merged, so
-/// other tools read a plain model) with its value head; LoRA runs add [`LORA_FILE`] with the
-/// unmerged adapters for resume.
-fn save_weights(
+/// Writes one copy's weights into `d` ([`TrainModel::save_weights`]: a Hugging Face checkpoint
+/// for `AutoLm`, LoRA adapters merged so other tools read a plain model) with its value head;
+/// LoRA runs add [`LORA_FILE`] with the unmerged adapters for resume.
+fn save_weights<M: TrainModel>(
     spec: &CopySpec,
-    learner: &dyn Learner<AutoLm>,
+    learner: &dyn Learner<M>,
     d: &Path,
 ) -> std::result::Result<(), lmrl_runs::FillError> {
+    std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     let policy = learner.policy();
     match &spec.lora {
-        None => policy.save_pretrained(d).map_err(saving)?,
-        Some(_) => merge_lora(policy.clone())
-            .save_pretrained(d)
-            .map_err(saving)?,
+        None => policy.save_weights(d)?,
+        Some(_) => merge_lora(policy.clone()).save_weights(d)?,
     }
     if let Some(head) = learner.value_head() {
         head.save(&d.join(VALUE_HEAD_FILE)).map_err(saving)?;
@@ -388,16 +337,16 @@ fn save_weights(
     Ok(())
 }
 
-/// The model [`save_weights`] wrote to `d`, on `device`: the HF weights (or for LoRA runs
+/// The model [`save_weights`] wrote to `d`, on `device`: the saved weights (or for LoRA runs
 /// `base` with the saved adapters), and the value head of a PPO copy.
-fn load_weights(
+fn load_weights<M: TrainModel>(
     spec: &CopySpec,
-    base: &AutoLm,
+    base: &M,
     d: &Path,
     device: &Device,
-) -> std::result::Result<(AutoLm, Option<ValueHead>), lmrl_runs::FillError> {
+) -> std::result::Result<(M, Option<ValueHead>), lmrl_runs::FillError> {
     let policy = match &spec.lora {
-        None => AutoLm::from_pretrained(d, device)?,
+        None => M::load_weights(base, d, device)?,
         Some(l) => {
             let f = d.join(LORA_FILE);
             apply_lora(base.clone(), l)?
@@ -405,14 +354,10 @@ fn load_weights(
                 .map_err(|e| format!("cannot load the LoRA policy {}: {e:?}", f.display()))?
         }
     };
-    if !spec.has_value_head() {
+    if !spec.learner.has_value_head() {
         return Ok((policy, None));
     }
     let head_path = d.join(VALUE_HEAD_FILE);
-    let v_head = ValueHead::load(
-        &head_path,
-        lmrl_models::CausalLm::hidden_size(&policy),
-        device,
-    )?;
+    let v_head = ValueHead::load(&head_path, policy.hidden_size(), device)?;
     Ok((policy, Some(v_head)))
 }

@@ -7,7 +7,18 @@
 //! with burn's `Device::enumerate` before one is used.
 use burn::tensor::Device;
 
+use std::sync::Arc;
+
+use lmrl_rl::dist::Collective;
+
 use crate::error::{Result, TrainError};
+
+/// One rank of a run: its device (without autodiff) and its collective.
+#[derive(Debug, Clone)]
+pub struct RankContext {
+    pub device: Device,
+    pub collective: Arc<dyn Collective>,
+}
 
 /// Which device of the compiled-in backend: `cpu`, `cuda:N`, `wgpu:N`, or (`None`) the
 /// backend's first device.

@@ -138,7 +138,7 @@ mod tests {
             path: "/r/checkpoints/.tmp-iter-000001-7/policy/model.safetensors".into(),
             source: std::io::Error::from_raw_os_error(30),
         });
-        let t = crate::chain(&e);
+        let t = chain(&e);
         assert!(
             t.starts_with(
                 "cannot write /r/checkpoints/.tmp-iter-000001-7/policy/model.safetensors: "
@@ -146,5 +146,88 @@ mod tests {
             "{t}"
         );
         assert_eq!(t.matches("(os error 30)").count(), 1, "{t}");
+    }
+}
+
+/// A library configuration error as a setting error naming the `config.toml` key
+/// `section.field`.
+pub fn in_section(section: &str, e: lmrl_rl::RlError) -> TrainError {
+    match e {
+        lmrl_rl::RlError::Config { field, reason } => setting(format!("{section}.{field}"), reason),
+        other => setting(section, other.to_string()),
+    }
+}
+
+/// An error and its causes on one line (`a: b: c`), each cause once: a cause whose text is
+/// already there is left out, and one that repeats the text before it (a library that puts
+/// its source into its own message) replaces that text.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        let last = parts.last_mut().expect("starts with one");
+        if t.contains(last.as_str()) {
+            *last = t;
+        } else if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct E(String, Option<Box<E>>);
+
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    fn e(parts: &[&str]) -> E {
+        parts
+            .iter()
+            .rev()
+            .fold(None, |inner, p| Some(E(p.to_string(), inner.map(Box::new))))
+            .unwrap()
+    }
+
+    #[test]
+    fn every_cause_is_shown_once() {
+        let os = "Read-only file system (os error 30)";
+        assert_eq!(
+            chain(&e(&["cannot write /r/config.toml", os])),
+            format!("cannot write /r/config.toml: {os}")
+        );
+        // A library that repeats its source in its message, under a context that names the
+        // file too.
+        assert_eq!(
+            chain(&e(&[
+                "cannot load the model /m",
+                &format!("cannot read /m/config.json: {os}"),
+                os
+            ])),
+            format!("cannot load the model /m: cannot read /m/config.json: {os}")
+        );
+        assert_eq!(
+            chain(&e(&[
+                "cannot read /m",
+                &format!("cannot read /m: {os}"),
+                os
+            ])),
+            format!("cannot read /m: {os}")
+        );
     }
 }

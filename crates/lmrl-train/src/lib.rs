@@ -2,44 +2,61 @@
 //!
 //! A [`Task`] supplies prompts that carry their own context, a reward over that context
 //! (`lmrl_rewards::Reward`), CORY's observer template and the sampler settings; the loop
-//! ([`Trainer`]) does the rest the same way for every task: PPO or CORY learners
-//! ([`Copies`]), per-iteration random streams, metrics, sample logs, plots, checkpoints in
-//! Hugging Face format, exact resume, SIGINT/SIGTERM/SIGHUP handling and a lock per run
+//! ([`Trainer`]) does the rest the same way for every task: PPO, GRPO, RLOO or CORY's two
+//! copies over any of them ([`Copies`]), per-iteration random streams, metrics, sample logs,
+//! plots, checkpoints, exact resume, SIGINT/SIGTERM/SIGHUP handling and a lock per run
 //! directory. Settings are declared once, as config structs that are both `config.toml`
 //! sections and clap flags ([`Config`], [`resolve`]). An app is a task plus a thin `main`
 //! ([`train_command`]); [`select_device`] is the one place that picks the device.
+//!
+//! The loop is generic over the model: any `lmrl_models::CausalLm` that can be written into a
+//! checkpoint and read back ([`TrainModel`]; [`save_record`]/[`load_record`] do it in burn's
+//! format) and, for an app's `train` command, found from `[run] model` ([`LoadModel`]).
+//! `lmrl_models::AutoLm` (GPT-2 and the Llama family, from Hugging Face files or GGUF) is one
+//! implementor; `examples/own_model_app.rs` is an app with a model, reward and task of its own.
+//! The algorithms are listed once, in `algorithms.rs` ([`Algo`], [`LearnerAlgo`]): each one's
+//! section, flags, batch shape, checks and how its learner is built.
+mod algorithms;
 mod app;
 mod assets;
 mod burn_collective;
 mod copies;
 mod device;
 mod error;
+mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod parallel;
 mod rows;
+mod sections;
 mod session;
 mod settings;
 mod streams;
 mod task;
 mod trainer;
 
-pub use app::{TaskEnv, TrainConfig, chain, train_command, train_resolved};
+pub use algorithms::{Algo, DynLearner, LearnerAlgo, LearnerSettings, learner_sections};
+pub use app::{TaskEnv, TrainConfig, train_command, train_resolved};
 pub use assets::{
     asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset, verify_checkpoint,
     verify_model,
 };
-pub use copies::{Copies, CopySpec, DynLearner, LORA_FILE, LearnerSettings, POLICY, lora_targets};
-pub use device::{backend_name, select_device, select_devices, select_rank_device};
-pub use error::{Result, TaskError, TrainError, setting};
+pub use copies::{Copies, CopySpec, LORA_FILE, Llm2Device, POLICY};
+pub use device::{RankContext, backend_name, select_device, select_devices, select_rank_device};
+pub use error::{Result, TaskError, TrainError, chain, in_section, setting};
+pub use model::{
+    LoadModel, ModelInfo, ModelIoError, RECORD_FILE, TrainModel, load_record, lora_targets,
+    save_record,
+};
 pub use rows::{cory_rows, metric_row};
+pub use sections::{Section, section, section_prefixed};
 pub use session::{
     LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
 };
 pub use settings::{
-    Algo, CONFIG_FILE, Config, LearnerAlgo, MAX_INTEGER_SETTING, RESUMABLE, Resolved, RunArgs,
-    RunSettings, Section, app_sections, checked_integers, in_section, read_config, resolve,
-    resolve_with, section, section_prefixed, to_toml, validate_learners, with_defaults,
+    CONFIG_FILE, Config, MAX_INTEGER_SETTING, RESUMABLE, Resolved, RunArgs, RunSettings,
+    app_sections, checked_integers, read_config, resolve, resolve_with, to_toml, validate_learners,
+    with_defaults,
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};

@@ -19,8 +19,8 @@ use mpi::environment::{Threading, Universe};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
+use crate::device::RankContext;
 use crate::error::{Result, TrainError};
-use crate::parallel::RankContext;
 
 /// Whether this process was started by an MPI launcher (`mpirun`/`mpiexec` of OpenMPI or
 /// MPICH, Slurm's `srun` with PMI/PMIx).
@@ -249,7 +249,7 @@ pub fn run<R>(device: Option<&str>, body: impl Fn(RankContext) -> Result<R>) -> 
         eprintln!(
             "error on rank {rank} of {world} (MPI): {}\nstopping every rank (MPI_Abort); the last \
              checkpoint is intact, continue with --resume",
-            crate::app::chain(&e)
+            crate::error::chain(&e)
         );
         c.abort(1)
     };

@@ -23,16 +23,10 @@ use lmrl_rl::dist::{Collective, all_gather_json, broadcast_json, sum_f64};
 use lmrl_rl::{CoryIterationStats, CoryTexts, LocalGroup, Role, SingleProcess};
 
 use crate::copies::Copies;
+pub use crate::device::RankContext;
 use crate::device::select_devices;
 use crate::error::{Result, TrainError};
 use crate::session::{RunDir, Start};
-
-/// One rank of a run: its device (without autodiff) and its collective.
-#[derive(Debug, Clone)]
-pub struct RankContext {
-    pub device: Device,
-    pub collective: Arc<dyn Collective>,
-}
 
 /// Runs `body` once per rank of the run that `--device` (`device`) and the environment ask
 /// for (see the module docs) and gives back rank 0's result, or the error of a rank that
@@ -90,7 +84,7 @@ fn run_local<R: Send>(
                             })
                         });
                     if let Err(e) = &r {
-                        group.fail(&crate::app::chain(e));
+                        group.fail(&crate::error::chain(e));
                     }
                     *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
                 })
@@ -111,7 +105,7 @@ fn run_local<R: Send>(
             return Err(TrainError::Rank {
                 rank: k + 1,
                 world,
-                reason: crate::app::chain(&e),
+                reason: crate::error::chain(&e),
             });
         }
     }
@@ -151,7 +145,7 @@ pub fn open_run_dir(
         let shared: Shared = match &opened {
             Ok((_, Start::Fresh)) => Ok(None),
             Ok((_, Start::Resume { candidates })) => Ok(Some(candidates.clone())),
-            Err(e) => Err(crate::app::chain(e)),
+            Err(e) => Err(crate::error::chain(e)),
         };
         let _: Shared = broadcast_json(c, 0, &shared)?;
         let (d, s) = opened?;
@@ -170,7 +164,10 @@ pub fn open_run_dir(
 }
 
 /// Makes every learner of `copies` a rank of `c` (nothing to do in one process).
-pub fn join_group(copies: &mut Copies, c: &dyn Collective) -> Result<()> {
+pub fn join_group<M: crate::model::TrainModel>(
+    copies: &mut Copies<M>,
+    c: &dyn Collective,
+) -> Result<()> {
     if c.world() == 1 {
         return Ok(());
     }

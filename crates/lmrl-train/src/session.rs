@@ -28,7 +28,7 @@ use lmrl_runs::{CheckpointDir, TrainState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::app::chain;
+use crate::error::chain;
 use crate::error::{Result, TrainError};
 
 /// Lock file of a run directory.

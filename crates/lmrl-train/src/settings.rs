@@ -18,74 +18,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
+use crate::algorithms::{Algo, LearnerAlgo, LearnerSettings};
 use crate::error::{Result, TrainError, setting};
+use crate::sections::{Section, section};
 
 /// `config.toml` of a run directory: the fully resolved settings, read back on resume.
 pub const CONFIG_FILE: &str = "config.toml";
-
-/// What a run trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Algo {
-    /// PPO as TRL runs it: one policy with a value head.
-    Ppo,
-    /// CORY: a pioneer and an observer copy trained on a shared reward, exchanging roles; each
-    /// copy learns with `[run] cory_learner` (PPO, GRPO or RLOO).
-    #[default]
-    Cory,
-    /// GRPO (DeepSeekMath; TRL's `GRPOTrainer`): one policy, G samples per prompt,
-    /// group-normalised advantages, no critic.
-    Grpo,
-    /// RLOO (TRL's `RLOOTrainer`): one policy, k samples per prompt, leave-one-out baseline, no
-    /// critic.
-    Rloo,
-}
-
-impl Algo {
-    /// The name in flags, file names and `config.toml`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::Ppo => "ppo",
-            Algo::Cory => "cory",
-            Algo::Grpo => "grpo",
-            Algo::Rloo => "rloo",
-        }
-    }
-
-    /// The algorithm each trained copy learns with: itself, or for CORY `cory_learner`.
-    pub fn learner(self, cory_learner: LearnerAlgo) -> LearnerAlgo {
-        match self {
-            Algo::Ppo => LearnerAlgo::Ppo,
-            Algo::Grpo => LearnerAlgo::Grpo,
-            Algo::Rloo => LearnerAlgo::Rloo,
-            Algo::Cory => cory_learner,
-        }
-    }
-}
-
-/// The base algorithm of one trained copy (`[run] cory_learner` for CORY's two copies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LearnerAlgo {
-    /// PPO with a value head (`[ppo]`).
-    #[default]
-    Ppo,
-    /// GRPO (`[grpo]`).
-    Grpo,
-    /// RLOO (`[rloo]`).
-    Rloo,
-}
-
-impl LearnerAlgo {
-    /// `ppo`, `grpo` or `rloo`.
-    pub fn name(self) -> &'static str {
-        match self {
-            LearnerAlgo::Ppo => "ppo",
-            LearnerAlgo::Grpo => "grpo",
-            LearnerAlgo::Rloo => "rloo",
-        }
-    }
-}
 
 /// The settings every run has, whatever its task (`[run]` in `config.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Args)]
@@ -231,88 +169,23 @@ fn parse_head_init(s: &str) -> std::result::Result<ValueHeadInit, String> {
     }
 }
 
-/// One table of `config.toml` and the flags of its fields.
-#[derive(Debug, Clone)]
-pub struct Section {
-    pub name: &'static str,
-    /// `(clap id, field name in the table)` of every setting.
-    ids: Vec<(String, String)>,
-}
-
-impl Section {
-    /// The clap ids of the section's settings.
-    pub fn ids(&self) -> impl Iterator<Item = &str> {
-        self.ids.iter().map(|(id, _)| id.as_str())
-    }
-}
-
-/// The section `name`, holding the fields (and flags) of the clap group `A`; each flag's id is
-/// its field's name.
-pub fn section<A: Args>(name: &'static str) -> Section {
-    section_prefixed::<A>(name, "")
-}
-
-/// The section `name` of a clap group whose ids are `prefix` + the field name (e.g. the group
-/// learners' `grpo_beta` → `[grpo] beta`, flag `--grpo-beta`), so that sections with fields of
-/// the same name live on one command line.
-pub fn section_prefixed<A: Args>(name: &'static str, prefix: &str) -> Section {
-    let cmd = A::augment_args(Command::new(name));
-    Section {
-        name,
-        ids: cmd
-            .get_arguments()
-            .map(|a| {
-                let id = a.get_id().to_string();
-                let field = id.strip_prefix(prefix).unwrap_or(&id).to_string();
-                (id, field)
-            })
-            .collect(),
-    }
-}
-
 /// The sections every training app has — `[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]` —
 /// followed by the task's own section `task` (the fields of `T`). The group learners' flags
 /// carry their section's prefix (`--grpo-beta`), as both have fields of the same names.
 pub fn app_sections<T: Args>(task: &'static str) -> Vec<Section> {
-    vec![
-        section::<RunSettings>("run"),
-        section::<lmrl_rl::PpoConfig>("ppo"),
-        section_prefixed::<lmrl_rl::GrpoConfig>("grpo", "grpo_"),
-        section_prefixed::<lmrl_rl::RlooConfig>("rloo", "rloo_"),
-        section::<lmrl_rl::CoryConfig>("cory"),
-        section::<T>(task),
-    ]
+    let mut sections = vec![section::<RunSettings>("run")];
+    sections.extend(crate::algorithms::learner_sections());
+    sections.push(section::<T>(task));
+    sections
 }
 
-/// A library configuration error as a setting error naming the `config.toml` key
-/// `section.field`.
-pub fn in_section(section: &str, e: lmrl_rl::RlError) -> TrainError {
-    match e {
-        lmrl_rl::RlError::Config { field, reason } => setting(format!("{section}.{field}"), reason),
-        other => setting(section, other.to_string()),
-    }
-}
-
-/// Checks the learners' sections of a run (`[run]`, `[ppo]`, `[grpo]`, `[rloo]`, `[cory]`);
-/// errors name the key.
-pub fn validate_learners(
-    run: &RunSettings,
-    ppo: &lmrl_rl::PpoConfig,
-    grpo: &lmrl_rl::GrpoConfig,
-    rloo: &lmrl_rl::RlooConfig,
-    cory: &lmrl_rl::CoryConfig,
-) -> Result<()> {
+/// Checks the sections a run reads (`[run]`, its learner's section, `[cory]` for CORY); the
+/// sections of learners it does not use are not read, so not checked. Errors name the key.
+pub fn validate_learners(run: &RunSettings, learners: &LearnerSettings<'_>) -> Result<()> {
     run.validate()?;
-    ppo.validate().map_err(|e| in_section("ppo", e))?;
-    grpo.validate().map_err(|e| in_section("grpo", e))?;
-    rloo.validate().map_err(|e| in_section("rloo", e))?;
-    let learners = crate::copies::LearnerSettings {
-        ppo,
-        grpo,
-        rloo,
-        cory,
-    };
-    let per_step = learners.prompts_per_step(run.algo.learner(run.cory_learner));
+    let learner = run.algo.learner(run.cory_learner);
+    learners.validate(learner)?;
+    let per_step = learners.prompts_per_step(learner);
     match per_step.checked_mul(run.oversample) {
         Some(n) if n <= lmrl_rl::MAX_STEP_BATCH => {}
         _ => {
@@ -327,7 +200,7 @@ pub fn validate_learners(
             ));
         }
     }
-    if run.algo == Algo::Cory && cory.swap_period == 0 {
+    if run.algo == Algo::Cory && learners.cory.swap_period == 0 {
         return Err(setting("cory.swap_period", "must be at least 1 for CORY"));
     }
     Ok(())
@@ -502,14 +375,16 @@ pub fn resolve<C: Config>(matches: &ArgMatches, args: &RunArgs) -> Result<Resolv
         .into_iter()
         .find(|g| !reads_section(run, g.section))
     {
-        let learner = run.algo.learner(run.cory_learner).name();
+        let learner = run.algo.learner(run.cory_learner);
         return Err(setting(
             format!("{}.{}", g.section, g.field),
             format!(
-                "given as {}, but this run ({}) learns with {learner} and reads [{learner}], \
-                 not [{}] (e.g. {})",
+                "given as {}, but this run ({}) learns with {} and reads [{}], not [{}] (e.g. \
+                 {})",
                 flag(&g.id),
                 run_name(run),
+                learner.name(),
+                learner.name(),
                 g.section,
                 learner_flag(learner, "learning_rate"),
             ),
@@ -523,7 +398,9 @@ pub fn resolve<C: Config>(matches: &ArgMatches, args: &RunArgs) -> Result<Resolv
 /// compared side by side can share one command line (`--swap-period` changes nothing in PPO).
 fn reads_section(run: &RunSettings, name: &str) -> bool {
     match name {
-        "ppo" | "grpo" | "rloo" => run.algo.learner(run.cory_learner).name() == name,
+        n if LearnerAlgo::ALL.iter().any(|l| l.name() == n) => {
+            run.algo.learner(run.cory_learner).name() == name
+        }
         _ => true,
     }
 }
@@ -537,11 +414,8 @@ fn run_name(run: &RunSettings) -> String {
 }
 
 /// The flag of a learner section's field (the group learners' carry their section's prefix).
-fn learner_flag(learner: &str, field: &str) -> String {
-    match learner {
-        "ppo" => flag(field),
-        prefixed => flag(&format!("{prefixed}_{field}")),
-    }
+fn learner_flag(learner: LearnerAlgo, field: &str) -> String {
+    flag(&format!("{}{field}", learner.flag_prefix()))
 }
 
 /// [`resolve`] with `forced` settings (a partial `config.toml` table, e.g. a sweep's

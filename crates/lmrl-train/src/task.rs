@@ -3,7 +3,7 @@
 //! settings of each iteration, what a sample log line holds, and optional evaluations.
 use std::path::Path;
 
-use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer, ModelError};
+use lmrl_models::{CausalLm, GenerationConfig, LmTokenizer, ModelError};
 use lmrl_rewards::Reward;
 use lmrl_rl::Prompt;
 
@@ -18,8 +18,10 @@ pub enum Stage {
     After,
 }
 
-/// A task: the IMDB continuation task, GSM8K, or a user's own.
-pub trait Task {
+/// A task: the IMDB continuation task, GSM8K, or a user's own, for policies of the model type
+/// `M` (a task that evaluates nothing, or evaluates through `CausalLm` alone, implements it for
+/// every `M`).
+pub trait Task<M: CausalLm> {
     /// What each prompt carries for the reward (the plain query, the ground truth, …).
     type Context: Clone + Send + Sync + 'static;
 
@@ -59,12 +61,7 @@ pub trait Task {
 
     /// Evaluates the base model before training (`copies` = `[("base", model)]`) or every
     /// trained copy after it, writing what it measures into the run directory `out`.
-    fn evaluate(
-        &self,
-        stage: Stage,
-        copies: &[(&str, &AutoLm)],
-        out: &Path,
-    ) -> Result<(), TaskError> {
+    fn evaluate(&self, stage: Stage, copies: &[(&str, &M)], out: &Path) -> Result<(), TaskError> {
         let _ = (stage, copies, out);
         Ok(())
     }

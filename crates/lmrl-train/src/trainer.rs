@@ -11,10 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::Module;
 use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use lmrl_models::{AutoLm, GenerationConfig, LmTokenizer};
+use lmrl_models::{GenerationConfig, LmTokenizer};
 use lmrl_rewards::Sample;
 use lmrl_rl::dist::{Collective, all_gather_json, broadcast_json, shard};
 use lmrl_rl::group::{equal_reward_share, informative_samples};
@@ -22,8 +21,10 @@ use lmrl_rl::{CoryEnv, CoryIterationStats, EnvError, GenerationPurpose, Learner,
 use lmrl_runs::{MetricRow, MetricsLog, SamplesLog};
 use serde::Serialize;
 
-use crate::copies::{Copies, CopySpec, DynLearner, Llm2Device, POLICY};
+use crate::algorithms::DynLearner;
+use crate::copies::{Copies, CopySpec, Llm2Device, POLICY};
 use crate::error::{Result, TrainError};
+use crate::model::TrainModel;
 use crate::rows::{cory_rows, metric_row, repetition};
 use crate::session::{RunDir, Start, checkpoint_due, stop_requested};
 use crate::settings::RunSettings;
@@ -42,23 +43,56 @@ pub enum Outcome {
 pub const SUMMARY_FILE: &str = "summary.json";
 
 /// Everything a run needs that does not change while it trains.
-pub struct Trainer<'a, T: Task> {
+pub struct Trainer<'a, M: TrainModel, T: Task<M>> {
     pub task: &'a T,
     pub tokenizer: &'a LmTokenizer,
     /// The frozen reference π₀ (no autodiff).
-    pub reference: &'a AutoLm,
+    pub reference: &'a M,
     pub run: &'a RunSettings,
     pub spec: &'a CopySpec,
     /// The training device (autodiff).
     pub device: &'a Device,
     /// CORY only: llm2's own device and the reference there (`--llm2-device`); `None` keeps
     /// both copies on `device`.
-    pub llm2_device: Option<&'a Llm2Device>,
+    pub llm2_device: Option<&'a Llm2Device<M>>,
     /// Names the app in the resume hint (`imdb-app`).
     pub app: &'a str,
     /// The data-parallel group this process or thread is a rank of
     /// ([`lmrl_rl::SingleProcess`] for a run on one device).
     pub collective: &'a dyn Collective,
+}
+
+/// The run's logs (rank 0): one row per copy and iteration, and the sampled texts.
+struct Logs {
+    metrics: MetricsLog,
+    samples: SamplesLog,
+}
+
+impl Logs {
+    /// Opens the logs in `out`; on resume (`resume_from` = the checkpoint's iteration count)
+    /// rows past the checkpoint and a torn last line are dropped.
+    fn open(out: &Path, resume_from: Option<usize>) -> Result<Self> {
+        Ok(Self {
+            metrics: MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
+            samples: SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
+        })
+    }
+}
+
+/// One copy's part of the progress line.
+fn progress_text(r: &MetricRow) -> String {
+    let mut t = format!(" {} ({}) r {:+.3}", r.agent, r.role, r.task_reward);
+    if let Some(sd) = r.reward_std {
+        t.push_str(&format!(" ±{sd:.3}"));
+    }
+    if let Some(z) = r.frac_reward_zero_std {
+        t.push_str(&format!(" zero-std {z:.2}"));
+    }
+    t.push_str(&format!(
+        " len {:.1} kl {:.3} β {:.3} |",
+        r.response_len, r.kl, r.beta
+    ));
+    t
 }
 
 /// Seconds spent in each phase of one iteration.
@@ -68,225 +102,253 @@ struct Phases {
     score: f64,
 }
 
-impl<T: Task> Trainer<'_, T> {
+impl<M: TrainModel, T: Task<M>> Trainer<'_, M, T> {
     /// Trains in `dir` from `start` to `run.iterations`, then evaluates, draws the plots and
     /// writes [`SUMMARY_FILE`]. `base` is the pretrained model on the training device: fresh
     /// copies start from it, LoRA runs rebuild their adapters on it.
-    pub fn train(&self, dir: &RunDir, start: Start, base: AutoLm) -> Result<Outcome> {
+    pub fn train(&self, dir: &RunDir, start: Start, base: M) -> Result<Outcome> {
         self.train_rank(Some(dir), start, base)
     }
 
     /// [`Trainer::train`] as one rank of a data-parallel group: rank 0 holds the run
     /// directory (`dir`) and writes every file; the other ranks (`None`) compute their share,
     /// read checkpoints to resume, and write nothing.
-    pub fn train_rank(&self, dir: Option<&RunDir>, start: Start, base: AutoLm) -> Result<Outcome> {
+    pub fn train_rank(&self, dir: Option<&RunDir>, start: Start, base: M) -> Result<Outcome> {
         if self.run.oversample > 1 && self.collective.world() > 1 {
             return Err(crate::error::setting(
                 "run.oversample",
                 "selects groups within one process; a data-parallel run takes `--oversample 1`",
             ));
         }
-        let out_dir = dir.map(RunDir::path);
-        let (mut copies, first) = match &start {
-            Start::Fresh => {
-                if let Some(out) = out_dir {
-                    self.evaluate(Stage::Before, &[("base", self.reference)], out)?;
-                }
-                let c = Copies::fresh(
-                    self.spec,
-                    &base,
-                    self.reference,
-                    self.device,
-                    self.llm2_device,
-                )?;
-                (c, 0)
-            }
-            Start::Resume { candidates } => {
-                let restore = |done: usize, ckpt: &Path| -> Result<Copies> {
-                    let c = Copies::restore(
-                        self.spec,
-                        ckpt,
-                        &base,
-                        self.reference,
-                        self.device,
-                        self.llm2_device,
-                    )?;
-                    if let Copies::Cory(t) = &c
-                        && t.iterations() != done
-                    {
-                        return Err(TrainError::Run {
-                            path: ckpt.to_path_buf(),
-                            reason: format!(
-                                "holds {} CORY iterations but its state.toml says {done}",
-                                t.iterations()
-                            ),
-                        });
-                    }
-                    Ok(c)
-                };
-                // Rank 0 picks the newest checkpoint that restores (moving unusable ones
-                // aside) and the other ranks restore that one.
-                let c = self.collective;
-                let (done, copies) = match dir {
-                    Some(dir) => {
-                        let (done, (copies, ckpt)) = dir.restore(candidates, |done, ckpt| {
-                            restore(done, ckpt).map(|c| (c, ckpt.to_path_buf()))
-                        })?;
-                        if c.world() > 1 {
-                            let _: (usize, PathBuf) = broadcast_json(c, 0, &(done, ckpt))?;
-                        }
-                        (done, copies)
-                    }
-                    None => {
-                        let (done, ckpt): (usize, PathBuf) =
-                            broadcast_json(c, 0, &(0, PathBuf::new()))?;
-                        (done, restore(done, &ckpt)?)
-                    }
-                };
-                (copies, done)
-            }
+        let (have, need) = (self.task.prompts().len(), self.batch_size());
+        if have < need {
+            return Err(TrainError::Task {
+                what: format!(
+                    "the task has {have} prompts, fewer than the {need} drawn per iteration"
+                ),
+                source: "too few prompts for one batch".into(),
+            });
+        }
+        let resuming = matches!(start, Start::Resume { .. });
+        let (mut copies, first) = match start {
+            Start::Fresh => (self.fresh(dir, &base)?, 0),
+            Start::Resume { candidates } => self.restore(dir, &candidates, &base)?,
         };
         drop(base);
         crate::parallel::join_group(&mut copies, self.collective)?;
         if let Some(dir) = dir
-            && matches!(start, Start::Resume { .. })
+            && resuming
         {
             // A process killed between a save and its prune keeps one checkpoint too many.
             dir.checkpoints().prune(self.run.keep_checkpoints)?;
         }
         // The logs are opened (and so repaired: rows past the checkpoint and a torn last line
         // dropped) before anything reads them, also when nothing is left to train.
-        let resume_from = matches!(start, Start::Resume { .. }).then_some(first);
-        let mut logs = match out_dir {
-            Some(out) => Some((
-                MetricsLog::open(&out.join("metrics.csv"), resume_from)?,
-                SamplesLog::open(&out.join("samples.jsonl"), resume_from)?,
-            )),
+        let mut logs = match dir {
+            Some(d) => Some(Logs::open(d.path(), resuming.then_some(first))?),
             None => None,
         };
         let total = self.run.iterations;
         if first >= total {
-            if let Some(out) = out_dir {
+            if let Some(dir) = dir {
                 eprintln!(
                     "{} already has {first} iterations (asked for {total}): nothing to do",
-                    out.display()
+                    dir.path().display()
                 );
-                self.finish(out, &copies)?;
+                self.finish(dir.path(), &copies)?;
             }
             return Ok(Outcome::Finished);
         }
-        if let Some(out) = out_dir
+        if let Some(dir) = dir
             && first > 0
         {
-            eprintln!("resuming {} at iteration {first} of {total}", out.display());
+            eprintln!(
+                "resuming {} at iteration {first} of {total}",
+                dir.path().display()
+            );
         }
-        let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
-        let (rank, world) = (self.collective.rank(), self.collective.world());
         // A signal to any rank while the model loaded or the base model was evaluated: the
         // work since the last checkpoint (none, or the one resumed from) is not worth an
         // iteration.
         if crate::parallel::any_rank(self.collective, stop_requested())? {
-            if let Some(dir) = dir {
-                let kept = match first {
-                    0 => "nothing was trained".to_string(),
-                    n => format!(
-                        "checkpoint {} kept",
-                        dir.checkpoints().path_for(n).display()
-                    ),
-                };
-                eprintln!(
-                    "stopped before iteration {}; {kept}.\nresume with: {} --resume {} --iterations {total}",
-                    first + 1,
-                    self.app,
-                    dir.path().display(),
-                );
-            }
+            self.report_stop_before(dir, first);
             return Ok(Outcome::Stopped);
         }
+        let order = DataOrder::new(self.task.prompts().len(), self.batch_size(), self.run.seed);
         for it in first..total {
-            let t0 = Instant::now();
-            let mut phases = Phases::default();
-            let batch: Vec<&Prompt<T::Context>> = order
-                .batch(it)
-                .into_iter()
-                .map(|i| &self.task.prompts()[i])
-                .collect();
-            // This rank's contiguous share of the batch.
-            let mine = shard(batch.len(), rank, world);
-            let samples = logs.as_mut().map(|(_, s)| s);
-            let rows = match &mut copies {
-                Copies::Single(l) => {
-                    self.single_iteration(l, &batch, mine, it, samples, &mut phases)?
-                }
-                Copies::Cory(t) => {
-                    self.cory_iteration(t, &batch, mine, it, samples, &mut phases)?
-                }
-            };
-            let secs = t0.elapsed().as_secs_f64();
-            let mut line = format!("it {:>3}/{total} |", it + 1);
-            for mut r in rows {
-                r.seconds = secs;
-                line.push_str(&format!(
-                    " {} ({}) r {:+.3}",
-                    r.agent, r.role, r.task_reward
-                ));
-                if let Some(sd) = r.reward_std {
-                    line.push_str(&format!(" ±{sd:.3}"));
-                }
-                if let Some(z) = r.frac_reward_zero_std {
-                    line.push_str(&format!(" zero-std {z:.2}"));
-                }
-                line.push_str(&format!(
-                    " len {:.1} kl {:.3} β {:.3} |",
-                    r.response_len, r.kl, r.beta
-                ));
-                if let Some((metrics, _)) = logs.as_mut() {
-                    metrics.append(&r)?;
-                }
-            }
-            if rank == 0 {
-                eprintln!(
-                    "{line} {secs:.1} s (generate {:.1}, score {:.2}, optimise {:.1})",
-                    phases.generate,
-                    phases.score,
-                    (secs - phases.generate - phases.score).max(0.0)
-                );
-            }
-            let done = it + 1;
-            // A signal to any rank stops every rank after the same iteration.
-            let mut stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
-            // `due` is the same on every rank (`stopping` is), so every rank asks again below.
-            let due = checkpoint_due(done, self.run.checkpoint_every, total, stopping);
-            if due && let Some(dir) = dir {
-                self.save(&copies, dir, done)?;
-            }
-            if due && !stopping {
-                // A signal that arrived during the save stops the run right after it: the
-                // checkpoint just written holds all the work, none is redone.
-                stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
-            }
-            let Some(dir) = dir else {
-                if stopping {
-                    return Ok(Outcome::Stopped);
-                }
-                continue;
-            };
-            let out = dir.path();
-            if stopping {
-                eprintln!(
-                    "stopped after iteration {done}; checkpoint {} kept.\nresume with: {} --resume {} --iterations {total}",
-                    dir.checkpoints().path_for(done).display(),
-                    self.app,
-                    out.display(),
-                );
-                lmrl_runs::draw_run(out)?;
+            self.iteration(&mut copies, &order, it, logs.as_mut())?;
+            if self.checkpoint_or_stop(&copies, dir, it + 1)? {
                 return Ok(Outcome::Stopped);
             }
         }
-        if let Some(out) = out_dir {
-            self.finish(out, &copies)?;
+        if let Some(dir) = dir {
+            self.finish(dir.path(), &copies)?;
         }
         Ok(Outcome::Finished)
+    }
+
+    /// Fresh copies of `base`, after the task has evaluated the base model (rank 0).
+    fn fresh(&self, dir: Option<&RunDir>, base: &M) -> Result<Copies<M>> {
+        if let Some(dir) = dir {
+            self.evaluate(Stage::Before, &[("base", self.reference)], dir.path())?;
+        }
+        Copies::fresh(
+            self.spec,
+            base,
+            self.reference,
+            self.device,
+            self.llm2_device,
+        )
+    }
+
+    /// The copies of the newest checkpoint that restores, and its iteration count: rank 0
+    /// picks it (moving unusable ones aside), the other ranks restore that one.
+    fn restore(
+        &self,
+        dir: Option<&RunDir>,
+        candidates: &[(usize, PathBuf)],
+        base: &M,
+    ) -> Result<(Copies<M>, usize)> {
+        let restore = |done: usize, ckpt: &Path| -> Result<Copies<M>> {
+            let c = Copies::restore(
+                self.spec,
+                ckpt,
+                base,
+                self.reference,
+                self.device,
+                self.llm2_device,
+            )?;
+            if let Copies::Cory(t) = &c
+                && t.iterations() != done
+            {
+                return Err(TrainError::Run {
+                    path: ckpt.to_path_buf(),
+                    reason: format!(
+                        "holds {} CORY iterations but its state.toml says {done}",
+                        t.iterations()
+                    ),
+                });
+            }
+            Ok(c)
+        };
+        let c = self.collective;
+        let (done, copies) = match dir {
+            Some(dir) => {
+                let (done, (copies, ckpt)) = dir.restore(candidates, |done, ckpt| {
+                    restore(done, ckpt).map(|c| (c, ckpt.to_path_buf()))
+                })?;
+                if c.world() > 1 {
+                    let _: (usize, PathBuf) = broadcast_json(c, 0, &(done, ckpt))?;
+                }
+                (done, copies)
+            }
+            None => {
+                let (done, ckpt): (usize, PathBuf) = broadcast_json(c, 0, &(0, PathBuf::new()))?;
+                (done, restore(done, &ckpt)?)
+            }
+        };
+        Ok((copies, done))
+    }
+
+    /// Iteration `it`: the batch of `order`, each copy's step, the metrics rows and the
+    /// progress line.
+    fn iteration(
+        &self,
+        copies: &mut Copies<M>,
+        order: &DataOrder,
+        it: usize,
+        mut logs: Option<&mut Logs>,
+    ) -> Result<()> {
+        let t0 = Instant::now();
+        let mut phases = Phases::default();
+        let batch: Vec<&Prompt<T::Context>> = order
+            .batch(it)
+            .into_iter()
+            .map(|i| &self.task.prompts()[i])
+            .collect();
+        // This rank's contiguous share of the batch.
+        let mine = shard(batch.len(), self.collective.rank(), self.collective.world());
+        let samples = logs.as_mut().map(|l| &mut l.samples);
+        let rows = match copies {
+            Copies::Single(l) => {
+                self.single_iteration(l, &batch, mine, it, samples, &mut phases)?
+            }
+            Copies::Cory(t) => self.cory_iteration(t, &batch, mine, it, samples, &mut phases)?,
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        let mut line = format!("it {:>3}/{} |", it + 1, self.run.iterations);
+        for mut r in rows {
+            r.seconds = secs;
+            line.push_str(&progress_text(&r));
+            if let Some(l) = logs.as_mut() {
+                l.metrics.append(&r)?;
+            }
+        }
+        if self.collective.rank() == 0 {
+            eprintln!(
+                "{line} {secs:.1} s (generate {:.1}, score {:.2}, optimise {:.1})",
+                phases.generate,
+                phases.score,
+                (secs - phases.generate - phases.score).max(0.0)
+            );
+        }
+        Ok(())
+    }
+
+    /// After iteration `done`: the checkpoint when due, and whether a stop signal to any rank
+    /// ends the run here (every rank stops after the same iteration).
+    fn checkpoint_or_stop(
+        &self,
+        copies: &Copies<M>,
+        dir: Option<&RunDir>,
+        done: usize,
+    ) -> Result<bool> {
+        let total = self.run.iterations;
+        let mut stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+        // `due` is the same on every rank (`stopping` is), so every rank asks again below.
+        let due = checkpoint_due(done, self.run.checkpoint_every, total, stopping);
+        if due && let Some(dir) = dir {
+            self.save(copies, dir, done)?;
+        }
+        if due && !stopping {
+            // A signal that arrived during the save stops the run right after it: the
+            // checkpoint just written holds all the work, none is redone.
+            stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+        }
+        if let Some(dir) = dir
+            && stopping
+        {
+            let out = dir.path();
+            eprintln!(
+                "stopped after iteration {done}; checkpoint {} kept.\nresume with: {} --resume {} --iterations {total}",
+                dir.checkpoints().path_for(done).display(),
+                self.app,
+                out.display(),
+            );
+            lmrl_runs::draw_run(out)?;
+        }
+        Ok(stopping)
+    }
+
+    /// What a stop before iteration `first + 1` kept, and how to resume (rank 0).
+    fn report_stop_before(&self, dir: Option<&RunDir>, first: usize) {
+        let Some(dir) = dir else {
+            return;
+        };
+        let kept = match first {
+            0 => "nothing was trained".to_string(),
+            n => format!(
+                "checkpoint {} kept",
+                dir.checkpoints().path_for(n).display()
+            ),
+        };
+        eprintln!(
+            "stopped before iteration {}; {kept}.\nresume with: {} --resume {} --iterations {}",
+            first + 1,
+            self.app,
+            dir.path().display(),
+            self.run.iterations,
+        );
     }
 
     /// Prompts per iteration: PPO's `batch_size`, or the group learners' `prompts_per_step`
@@ -295,7 +357,7 @@ impl<T: Task> Trainer<'_, T> {
         self.spec.prompts_per_iteration() * self.run.oversample
     }
 
-    fn save(&self, copies: &Copies, dir: &RunDir, done: usize) -> Result<()> {
+    fn save(&self, copies: &Copies<M>, dir: &RunDir, done: usize) -> Result<()> {
         let bar = spinner(format!("checkpoint {done}"));
         let r = copies.save(
             self.spec,
@@ -309,7 +371,7 @@ impl<T: Task> Trainer<'_, T> {
         r
     }
 
-    fn evaluate(&self, stage: Stage, copies: &[(&str, &AutoLm)], out: &Path) -> Result<()> {
+    fn evaluate(&self, stage: Stage, copies: &[(&str, &M)], out: &Path) -> Result<()> {
         self.task
             .evaluate(stage, copies, out)
             .map_err(|source| TrainError::Task {
@@ -319,15 +381,15 @@ impl<T: Task> Trainer<'_, T> {
     }
 
     /// Evaluates every trained copy, redraws the plots and writes the summary.
-    fn finish(&self, out: &Path, copies: &Copies) -> Result<()> {
+    fn finish(&self, out: &Path, copies: &Copies<M>) -> Result<()> {
         let named = copies.named();
         // The task evaluates on the run's device, where llm2 may not be (`--llm2-device`).
         let here = self.device.clone().without_autodiff();
-        let policies: Vec<(&str, AutoLm)> = named
+        let policies: Vec<(&str, M)> = named
             .iter()
             .map(|(n, l)| (*n, l.policy().valid().to_device(&here)))
             .collect();
-        let refs: Vec<(&str, &AutoLm)> = policies.iter().map(|(n, m)| (*n, m)).collect();
+        let refs: Vec<(&str, &M)> = policies.iter().map(|(n, m)| (*n, m)).collect();
         self.evaluate(Stage::After, &refs, out)?;
         lmrl_runs::draw_run(out)?;
         let rows = lmrl_runs::read_rows(&out.join("metrics.csv"))?;
@@ -403,7 +465,7 @@ impl<T: Task> Trainer<'_, T> {
     /// gathered for the metrics and the sample log.
     fn single_iteration(
         &self,
-        learner: &mut DynLearner,
+        learner: &mut DynLearner<M>,
         batch: &[&Prompt<T::Context>],
         mine: std::ops::Range<usize>,
         it: usize,
@@ -489,7 +551,7 @@ impl<T: Task> Trainer<'_, T> {
     /// plain-query means taken over the whole batch.
     fn cory_iteration(
         &self,
-        trainer: &mut lmrl_rl::CoryTrainer<AutoLm, DynLearner>,
+        trainer: &mut lmrl_rl::CoryTrainer<M, DynLearner<M>>,
         batch: &[&Prompt<T::Context>],
         mine: std::ops::Range<usize>,
         it: usize,
@@ -626,12 +688,12 @@ fn iteration_err(it: usize, what: &'static str, e: lmrl_rl::RlError) -> TrainErr
 
 /// The loop's side of CORY: the task's tokenizer and template, and chunked generation with a
 /// progress bar.
-struct LoopEnv<'t, 'a, T: Task> {
-    trainer: &'t Trainer<'a, T>,
+struct LoopEnv<'t, 'a, M: TrainModel, T: Task<M>> {
+    trainer: &'t Trainer<'a, M, T>,
     generate_secs: f64,
 }
 
-impl<T: Task> CoryEnv<AutoLm, T::Context> for LoopEnv<'_, '_, T> {
+impl<M: TrainModel, T: Task<M>> CoryEnv<M, T::Context> for LoopEnv<'_, '_, M, T> {
     fn decode(&self, ids: &[u32]) -> std::result::Result<String, EnvError> {
         Ok(self.trainer.task.decode(self.trainer.tokenizer, ids)?)
     }
@@ -650,7 +712,7 @@ impl<T: Task> CoryEnv<AutoLm, T::Context> for LoopEnv<'_, '_, T> {
 
     fn generate(
         &mut self,
-        learner: &dyn Learner<AutoLm>,
+        learner: &dyn Learner<M>,
         prompts: &[Vec<u32>],
         config: &GenerationConfig,
         purpose: GenerationPurpose,
@@ -702,8 +764,8 @@ impl<C: Send + Sync> lmrl_rewards::Reward<C> for TimedReward<'_, C> {
 /// `base.first_row + i` of the sampler's per-row streams whatever chunk it falls in, so the
 /// result depends only on the arguments (exact resume) and not on the chunk size or on how a
 /// batch is split across data-parallel ranks.
-pub fn generate_chunked(
-    learner: &dyn Learner<AutoLm>,
+pub fn generate_chunked<M: TrainModel>(
+    learner: &dyn Learner<M>,
     prompts: &[Vec<u32>],
     base: &GenerationConfig,
     chunk_size: usize,
@@ -712,8 +774,8 @@ pub fn generate_chunked(
     generate_rows(learner, prompts, base, chunk_size, what, true)
 }
 
-fn generate_rows(
-    learner: &dyn Learner<AutoLm>,
+fn generate_rows<M: TrainModel>(
+    learner: &dyn Learner<M>,
     prompts: &[Vec<u32>],
     base: &GenerationConfig,
     chunk_size: usize,
