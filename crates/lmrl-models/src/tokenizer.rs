@@ -252,90 +252,12 @@ impl LmTokenizer {
             ));
         }
         let tokens = meta.string_array("tokenizer.ggml.tokens")?;
-        let merges_raw = meta.string_array("tokenizer.ggml.merges")?;
-        let mut vocab = Vocab::default();
-        for (id, tok) in tokens.iter().enumerate() {
-            let id = u32::try_from(id).map_err(|_| tok_err(path, "more than 2^32 tokens"))?;
-            // Keep the first id of a duplicated token string (the others can only be decoded).
-            vocab.entry((*tok).to_string()).or_insert(id);
-        }
-        let mut merges = Vec::with_capacity(merges_raw.len());
-        for (i, m) in merges_raw.iter().enumerate() {
-            let (a, b) = m.split_once(' ').ok_or_else(|| {
-                tok_err(
-                    path,
-                    format!("tokenizer.ggml.merges[{i}] `{m}` is not `a b`"),
-                )
-            })?;
-            merges.push((a.to_string(), b.to_string()));
-        }
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| tok_err(path, format!("building BPE from tokenizer.ggml.*: {e}")))?;
-        let mut inner = Tokenizer::new(bpe);
-
+        let mut inner = Tokenizer::new(gguf_bpe(meta, &tokens, path)?);
         let pre = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
-        let split_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
-            let split = Split::new(
-                SplitPattern::Regex(pattern.to_string()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| tok_err(path, e))?;
-            let bytes = ByteLevel::new(false, false, false);
-            Ok(Sequence::new(vec![split.into(), bytes.into()]).into())
-        };
-        let pre_tok: PreTokenizerWrapper = match pre {
-            "default" | "gpt-2" | "gpt2" => gpt2_byte_level().into(),
-            "smollm" => {
-                Sequence::new(vec![Digits::new(true).into(), gpt2_byte_level().into()]).into()
-            }
-            "qwen2" => {
-                inner.with_normalizer(Some(NFC));
-                split_then_bytes(QWEN2_SPLIT)?
-            }
-            "llama-bpe" => split_then_bytes(LLAMA3_SPLIT)?,
-            other => {
-                return Err(tok_err(
-                    path,
-                    format!(
-                        "tokenizer.ggml.pre `{other}` is not supported (gpt-2, default, smollm, \
-                         qwen2, llama-bpe are)"
-                    ),
-                ));
-            }
-        };
+        let pre_tok = gguf_pre_tokenizer(pre, &mut inner, path)?;
         inner.with_pre_tokenizer(Some(pre_tok));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
-
-        if let Some(types) = meta
-            .get("tokenizer.ggml.token_type")
-            .and_then(|v| v.as_array())
-        {
-            if types.len() != tokens.len() {
-                return Err(tok_err(
-                    path,
-                    format!(
-                        "tokenizer.ggml.token_type has {} entries for {} tokens",
-                        types.len(),
-                        tokens.len()
-                    ),
-                ));
-            }
-            let mut special = Vec::new();
-            let mut user = Vec::new();
-            for (tok, ty) in tokens.iter().zip(types) {
-                match ty.as_i64() {
-                    Some(3) => special.push(AddedToken::from(*tok, true)),
-                    Some(4) => user.push(AddedToken::from(*tok, false).normalized(false)),
-                    _ => {}
-                }
-            }
-            inner.add_special_tokens(&special);
-            inner.add_tokens(&user);
-        }
-
+        add_gguf_token_types(meta, &tokens, &mut inner, path)?;
         let id = |key: &str| -> Result<Option<u32>> {
             match meta.opt_u64(key)? {
                 None => Ok(None),
@@ -368,15 +290,7 @@ impl LmTokenizer {
             let bos_id = bos.ok_or_else(|| {
                 tok_err(path, "add_bos_token is set but there is no bos_token_id")
             })?;
-            let bos_tok = tokens[bos_id as usize];
-            let template = TemplateProcessing::builder()
-                .try_single(format!("{bos_tok} $A"))
-                .and_then(|b| b.try_pair(format!("{bos_tok} $A {bos_tok} $B")))
-                .map_err(|e| tok_err(path, e))?
-                .special_tokens(vec![(bos_tok.to_string(), bos_id)])
-                .build()
-                .map_err(|e| tok_err(path, e))?;
-            inner.with_post_processor(Some(template));
+            inner.with_post_processor(Some(bos_template(tokens[bos_id as usize], bos_id, path)?));
         }
         Ok(Self {
             vocab_size: count_ids(&inner).max(tokens.len()),
@@ -627,4 +541,115 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
         format: "JSON",
         reason: e.to_string(),
     })
+}
+
+/// The BPE model of a GGUF's `tokenizer.ggml.tokens` (index = id) and ranked
+/// `tokenizer.ggml.merges` (`"a b"`).
+fn gguf_bpe(meta: &GgufMetadata, tokens: &[&str], path: &Path) -> Result<BPE> {
+    let merges_raw = meta.string_array("tokenizer.ggml.merges")?;
+    let mut vocab = Vocab::default();
+    for (id, tok) in tokens.iter().enumerate() {
+        let id = u32::try_from(id).map_err(|_| tok_err(path, "more than 2^32 tokens"))?;
+        // Keep the first id of a duplicated token string (the others can only be decoded).
+        vocab.entry((*tok).to_string()).or_insert(id);
+    }
+    let mut merges = Vec::with_capacity(merges_raw.len());
+    for (i, m) in merges_raw.iter().enumerate() {
+        let (a, b) = m.split_once(' ').ok_or_else(|| {
+            tok_err(
+                path,
+                format!("tokenizer.ggml.merges[{i}] `{m}` is not `a b`"),
+            )
+        })?;
+        merges.push((a.to_string(), b.to_string()));
+    }
+    BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| tok_err(path, format!("building BPE from tokenizer.ggml.*: {e}")))
+}
+
+/// The pre-tokenisation `tokenizer.ggml.pre` names (Qwen2's also sets NFC on `inner`).
+fn gguf_pre_tokenizer(
+    pre: &str,
+    inner: &mut Tokenizer,
+    path: &Path,
+) -> Result<PreTokenizerWrapper> {
+    let split_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
+        let split = Split::new(
+            SplitPattern::Regex(pattern.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| tok_err(path, e))?;
+        let bytes = ByteLevel::new(false, false, false);
+        Ok(Sequence::new(vec![split.into(), bytes.into()]).into())
+    };
+    Ok(match pre {
+        "default" | "gpt-2" | "gpt2" => gpt2_byte_level().into(),
+        "smollm" => Sequence::new(vec![Digits::new(true).into(), gpt2_byte_level().into()]).into(),
+        "qwen2" => {
+            inner.with_normalizer(Some(NFC));
+            split_then_bytes(QWEN2_SPLIT)?
+        }
+        "llama-bpe" => split_then_bytes(LLAMA3_SPLIT)?,
+        other => {
+            return Err(tok_err(
+                path,
+                format!(
+                    "tokenizer.ggml.pre `{other}` is not supported (gpt-2, default, smollm, \
+                     qwen2, llama-bpe are)"
+                ),
+            ));
+        }
+    })
+}
+
+/// Control tokens (type 3) as special added tokens, matched whole in text as in the HF
+/// tokenizer, and user-defined tokens (type 4) as plain added tokens.
+fn add_gguf_token_types(
+    meta: &GgufMetadata,
+    tokens: &[&str],
+    inner: &mut Tokenizer,
+    path: &Path,
+) -> Result<()> {
+    let Some(types) = meta
+        .get("tokenizer.ggml.token_type")
+        .and_then(|v| v.as_array())
+    else {
+        return Ok(());
+    };
+    if types.len() != tokens.len() {
+        return Err(tok_err(
+            path,
+            format!(
+                "tokenizer.ggml.token_type has {} entries for {} tokens",
+                types.len(),
+                tokens.len()
+            ),
+        ));
+    }
+    let mut special = Vec::new();
+    let mut user = Vec::new();
+    for (tok, ty) in tokens.iter().zip(types) {
+        match ty.as_i64() {
+            Some(3) => special.push(AddedToken::from(*tok, true)),
+            Some(4) => user.push(AddedToken::from(*tok, false).normalized(false)),
+            _ => {}
+        }
+    }
+    inner.add_special_tokens(&special);
+    inner.add_tokens(&user);
+    Ok(())
+}
+
+/// Prepends BOS (`tokenizer.ggml.add_bos_token`) to single texts and pairs.
+fn bos_template(bos_tok: &str, bos_id: u32, path: &Path) -> Result<TemplateProcessing> {
+    TemplateProcessing::builder()
+        .try_single(format!("{bos_tok} $A"))
+        .and_then(|b| b.try_pair(format!("{bos_tok} $A {bos_tok} $B")))
+        .map_err(|e| tok_err(path, e))?
+        .special_tokens(vec![(bos_tok.to_string(), bos_id)])
+        .build()
+        .map_err(|e| tok_err(path, e))
 }
