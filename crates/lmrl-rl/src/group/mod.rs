@@ -29,17 +29,22 @@
 
 mod advantages;
 mod agent;
+mod algorithm;
 mod config;
+mod forward;
 mod kl;
 mod loss;
 mod mask;
 mod parallel;
 mod selection;
+mod stats;
+mod train;
 
 pub use advantages::{
     GroupAdvantages, RewardStats, RlooAdvantages, grpo_advantages, rloo_advantages, rloo_rewards,
 };
-pub use agent::{GROUP_STATE_FORMAT, GroupAgent, GroupAgentState, GroupAlgorithm, GroupStats};
+pub use agent::{GROUP_STATE_FORMAT, GroupAgent, GroupAgentState};
+pub use algorithm::GroupAlgorithm;
 pub use config::{GroupSizes, GrpoConfig, GrpoLossType, RlooConfig, ScaleRewards};
 pub use kl::{RlooKl, k3_kl, rloo_sequence_kl};
 pub use loss::{
@@ -49,3 +54,4 @@ pub use loss::{
 };
 pub use mask::mask_truncated_completions;
 pub use selection::{equal_reward_share, informative_groups, informative_samples};
+pub use stats::GroupStats;
