@@ -460,7 +460,7 @@ impl<M: CausalLm> GroupAgent<M> {
             GroupAlgorithm::Grpo(c) => (
                 to_vec(
                     "advantages",
-                    grpo_advantages(scores_t, g, c.scale_rewards)?.advantages,
+                    grpo_advantages(scores_t, g, c.kind.scale_rewards)?.advantages,
                 )?,
                 None,
             ),
@@ -472,11 +472,11 @@ impl<M: CausalLm> GroupAgent<M> {
                     }
                     None => (None, None),
                 };
-                let r = rloo_rewards(scores_t, seq_kl, c.beta, c.reward_clip_range)?;
+                let r = rloo_rewards(scores_t, seq_kl, c.beta, c.kind.reward_clip_range)?;
                 (
                     to_vec(
                         "advantages",
-                        rloo_advantages(r, g, c.normalize_advantages)?.advantages,
+                        rloo_advantages(r, g, c.kind.normalize_advantages)?.advantages,
                     )?,
                     mean_kl,
                 )
@@ -522,7 +522,7 @@ impl<M: CausalLm> GroupAgent<M> {
     fn loss_normalisation(&self, active_tokens: usize, micro_batches: usize) -> LossNormalisation {
         let gas = self.algorithm.sizes().gradient_accumulation_steps;
         match &self.algorithm {
-            GroupAlgorithm::Grpo(c) => match c.loss_type {
+            GroupAlgorithm::Grpo(c) => match c.kind.loss_type {
                 crate::group::GrpoLossType::Dapo => {
                     LossNormalisation::dapo(active_tokens, 1, gas, micro_batches)
                 }
