@@ -131,6 +131,8 @@ fn id<K: GroupKind>(field: &str) -> String {
     format!("{}_{field}", K::SECTION)
 }
 
+/// `cmd` with the shared settings' flags; those of non-`Option` fields are required except
+/// `for_update`, as clap's derive makes them.
 fn add_flags<K: GroupKind>(cmd: Command, for_update: bool) -> Command {
     flags::<K>().into_iter().fold(cmd, |cmd, f| {
         let long = format!("{}-{}", K::SECTION, f.field.replace('_', "-"));
@@ -231,5 +233,98 @@ impl<K: GroupKind> FromArgMatches for GroupConfig<K> {
     fn update_from_arg_matches_mut(&mut self, m: &mut ArgMatches) -> Result<(), clap::Error> {
         self.update_shared(m)?;
         self.kind.update_from_arg_matches_mut(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::{GrpoConfig, GrpoLossType, RlooConfig};
+
+    fn longs(cmd: &Command) -> Vec<String> {
+        let mut v: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The flags users type are those the two separate configs had.
+    #[test]
+    fn flags_keep_their_names() {
+        let shared = [
+            "learning-rate",
+            "num-generations",
+            "prompts-per-step",
+            "mini-batch-size",
+            "gradient-accumulation-steps",
+            "forward-batch-size",
+            "beta",
+            "num-iterations",
+            "epsilon",
+            "epsilon-high",
+            "mask-truncated-completions",
+            "max-grad-norm",
+        ];
+        let with = |section: &str, own: &[&str]| -> Vec<String> {
+            let mut v: Vec<String> = shared
+                .iter()
+                .chain(own)
+                .map(|f| format!("{section}-{f}"))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            longs(&GrpoConfig::augment_args(Command::new("t"))),
+            with(
+                "grpo",
+                &["scale-rewards", "loss-type", "use-bias-correction-kl"]
+            )
+        );
+        assert_eq!(
+            longs(&RlooConfig::augment_args(Command::new("t"))),
+            with("rloo", &["normalize-advantages"])
+        );
+    }
+
+    /// Given flags set their fields, shared or the kind's; the rest keep their values.
+    #[test]
+    fn given_flags_set_their_fields() {
+        let cmd = GrpoConfig::augment_args_for_update(Command::new("t"));
+        let m = cmd
+            .try_get_matches_from([
+                "t",
+                "--grpo-beta",
+                "0.04",
+                "--grpo-max-grad-norm",
+                "0.5",
+                "--grpo-loss-type",
+                "bnpo",
+                "--grpo-mask-truncated-completions",
+                "true",
+            ])
+            .expect("parse");
+        let mut c = GrpoConfig::default();
+        c.update_from_arg_matches(&m).expect("config");
+        assert_eq!(c.beta, 0.04);
+        assert_eq!(c.max_grad_norm, Some(0.5));
+        assert_eq!(c.kind.loss_type, GrpoLossType::Bnpo);
+        assert!(c.mask_truncated_completions);
+        assert_eq!(c.num_generations, 8);
+        assert_eq!(
+            c,
+            GrpoConfig {
+                beta: 0.04,
+                max_grad_norm: Some(0.5),
+                mask_truncated_completions: true,
+                kind: crate::group::GrpoSettings {
+                    loss_type: GrpoLossType::Bnpo,
+                    ..Default::default()
+                },
+                ..GrpoConfig::default()
+            }
+        );
     }
 }
