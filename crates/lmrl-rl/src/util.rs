@@ -5,6 +5,25 @@ use lmrl_models::CausalLm;
 
 use crate::error::{Result, RlError};
 
+/// Checks that `responses` pairs one non-empty response with each query; `what` names the
+/// step in the error of an empty one.
+pub fn check_pairs(queries: &[Vec<u32>], responses: &[Vec<u32>], what: &str) -> Result<()> {
+    if queries.len() != responses.len() {
+        return Err(RlError::Shape {
+            what: "responses".into(),
+            expected: vec![queries.len()],
+            got: vec![responses.len()],
+        });
+    }
+    if let Some(i) = responses.iter().position(Vec::is_empty) {
+        return Err(RlError::EmptyResponse {
+            what: what.into(),
+            sample: i,
+        });
+    }
+    Ok(())
+}
+
 /// Checks on the host that each query followed by its response fits `model` (ids below its
 /// vocabulary, length within its context) and that `pad_id`, which fills the shorter rows of a
 /// batch, is one of its tokens: once this passes, no forward pass over these rows indexes out

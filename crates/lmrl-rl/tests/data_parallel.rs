@@ -16,7 +16,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
 use lmrl_models::{AutoLm, LmWithValueHead, ValueHeadInit};
 use lmrl_rl::dist::shard;
-use lmrl_rl::group::GrpoLossType;
+use lmrl_rl::group::{GrpoLossType, GrpoSettings};
 use lmrl_rl::{
     Collective, GroupAgent, GroupAlgorithm, GroupStats, GrpoConfig, LocalGroup, PpoAgent,
     PpoConfig, PpoStats, RlooConfig,
@@ -315,7 +315,10 @@ fn group_learners() -> Vec<(&'static str, GroupAlgorithm)> {
             mini_batch_size: 3,
             gradient_accumulation_steps: 2,
             max_completion_length: 5,
-            loss_type,
+            kind: GrpoSettings {
+                loss_type,
+                ..GrpoSettings::default()
+            },
             beta,
             num_iterations,
             mask_truncated_completions,

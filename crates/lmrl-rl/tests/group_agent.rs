@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Device, Tensor};
 use lmrl_models::{AutoLm, GenerationConfig, ModelError, Sampling};
-use lmrl_rl::group::{GrpoLossType, ScaleRewards};
+use lmrl_rl::group::{GrpoLossType, GrpoSettings, ScaleRewards};
 use lmrl_rl::{
     CoryConfig, CoryTrainer, GroupAgent, GrpoConfig, Learner, RlError, RlooConfig, Role,
 };
@@ -183,8 +183,11 @@ fn off_policy_passes_and_rloo_run_and_measure_the_ratio() {
         num_iterations: 2,
         gradient_accumulation_steps: 1,
         beta: 0.04,
-        loss_type: GrpoLossType::Grpo,
-        scale_rewards: ScaleRewards::Batch,
+        kind: GrpoSettings {
+            loss_type: GrpoLossType::Grpo,
+            scale_rewards: ScaleRewards::Batch,
+            ..GrpoSettings::default()
+        },
         ..grpo()
     };
     let mut agent = GroupAgent::grpo(lm.clone(), c, &ad).unwrap();

@@ -4,10 +4,10 @@
 use burn::tensor::{Device, Tensor, TensorData};
 use lmrl_rl::RlError;
 use lmrl_rl::group::{
-    GrpoConfig, GrpoLossInputs, GrpoLossParams, GrpoLossType, LossNormalisation, RlooConfig,
-    RlooLossParams, ScaleRewards, aggregate_loss, clipped_objective, grpo_advantages, grpo_loss,
-    k3_kl, mask_truncated_completions, rloo_advantages, rloo_loss, rloo_rewards, rloo_sequence_kl,
-    sequence_logps,
+    GroupConfig, GroupKind, GrpoConfig, GrpoLossInputs, GrpoLossParams, GrpoLossType, GrpoSettings,
+    LossNormalisation, RlooConfig, RlooLossParams, RlooSettings, ScaleRewards, aggregate_loss,
+    clipped_objective, grpo_advantages, grpo_loss, k3_kl, mask_truncated_completions,
+    rloo_advantages, rloo_loss, rloo_rewards, rloo_sequence_kl, sequence_logps,
 };
 use lmrl_rl::ppo::ResponseMask;
 
@@ -428,16 +428,16 @@ fn configs_default_to_trl_1_16() {
     assert_eq!(g.beta, 0.0);
     assert_eq!(g.epsilon, 0.2);
     assert_eq!(g.epsilon_high(), 0.2);
-    assert_eq!(g.loss_type, GrpoLossType::Dapo);
-    assert_eq!(g.scale_rewards, ScaleRewards::Group);
-    assert!(g.use_bias_correction_kl);
+    assert_eq!(g.kind.loss_type, GrpoLossType::Dapo);
+    assert_eq!(g.kind.scale_rewards, ScaleRewards::Group);
+    assert!(g.kind.use_bias_correction_kl);
     assert_eq!(g.learning_rate, 1e-6);
     g.validate().expect("default is valid");
     let r = RlooConfig::default();
     assert_eq!(r.num_generations, 2);
     assert_eq!(r.beta, 0.05);
-    assert!(!r.normalize_advantages);
-    assert_eq!(r.reward_clip_range, None);
+    assert!(!r.kind.normalize_advantages);
+    assert_eq!(r.kind.reward_clip_range, None);
     r.validate().expect("default is valid");
 }
 
@@ -447,8 +447,8 @@ fn configs_parse_trl_names_and_reject_bad_values() {
         r#"{"loss_type": "dr_grpo", "scale_rewards": "none", "epsilon_high": 0.28, "beta": 0.001}"#,
     )
     .expect("parse");
-    assert_eq!(g.loss_type, GrpoLossType::DrGrpo);
-    assert_eq!(g.scale_rewards, ScaleRewards::None);
+    assert_eq!(g.kind.loss_type, GrpoLossType::DrGrpo);
+    assert_eq!(g.kind.scale_rewards, ScaleRewards::None);
     assert_eq!(g.epsilon_high(), 0.28);
     assert_eq!(
         g.normalisation(100),
@@ -479,10 +479,76 @@ fn configs_parse_trl_names_and_reject_bad_values() {
     let r: RlooConfig =
         serde_json::from_str(r#"{"num_generations": 4, "reward_clip_range": [-1.0, 1.0]}"#)
             .expect("parse");
-    assert_eq!(r.reward_clip_range, Some((-1.0, 1.0)));
+    assert_eq!(r.kind.reward_clip_range, Some((-1.0, 1.0)));
     let bad = RlooConfig {
-        reward_clip_range: Some((1.0, -1.0)),
+        kind: RlooSettings {
+            reward_clip_range: Some((1.0, -1.0)),
+            ..RlooSettings::default()
+        },
         ..RlooConfig::default()
     };
     assert!(matches!(bad.validate(), Err(RlError::Config { .. })));
+}
+
+/// Every `config.toml` below `dir`, at any depth.
+fn config_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            config_files(&path, out);
+        } else if path.file_name().is_some_and(|n| n == "config.toml") {
+            out.push(path);
+        }
+    }
+}
+
+/// A committed `[grpo]` or `[rloo]` table read into the shared config: every key it names is
+/// written back, and the written table reads back equal.
+fn section_round_trips<K: GroupKind>(file: &std::path::Path, t: &toml::Table) {
+    let c: GroupConfig<K> = t
+        .clone()
+        .try_into()
+        .unwrap_or_else(|e| panic!("{file:?} [{}]: {e}", K::SECTION));
+    let back = toml::Table::try_from(&c).expect("serialise");
+    for k in t.keys() {
+        assert!(back.contains_key(k), "{file:?} [{}] {k}", K::SECTION);
+    }
+    let again: GroupConfig<K> = back.try_into().expect("read back");
+    assert_eq!(again, c, "{file:?}");
+}
+
+/// The `[grpo]` and `[rloo]` sections of the run configs committed under docs/results/data
+/// still read, and round-trip.
+#[test]
+fn committed_run_configs_parse_and_round_trip() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/results/data");
+    let mut files = Vec::new();
+    config_files(&root, &mut files);
+    let mut sections = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read config");
+        let table: toml::Table = text.parse().expect("toml");
+        if let Some(t) = table.get("grpo").and_then(toml::Value::as_table) {
+            section_round_trips::<GrpoSettings>(file, t);
+            sections += 1;
+        }
+        if let Some(t) = table.get("rloo").and_then(toml::Value::as_table) {
+            section_round_trips::<RlooSettings>(file, t);
+            sections += 1;
+        }
+    }
+    assert!(
+        sections >= 2,
+        "{sections} sections in {} files",
+        files.len()
+    );
+    // A default RLOO config (no reward clip range) writes a table without the key and reads
+    // back equal.
+    let text = toml::to_string(&RlooConfig::default()).expect("serialise");
+    assert!(!text.contains("reward_clip_range"), "{text}");
+    assert_eq!(
+        toml::from_str::<RlooConfig>(&text).expect("parse"),
+        RlooConfig::default()
+    );
+    assert!(toml::from_str::<RlooConfig>("normalise_advantages = true").is_err());
 }

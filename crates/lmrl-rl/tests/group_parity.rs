@@ -10,8 +10,9 @@ use std::path::PathBuf;
 
 use burn::tensor::{Device, Tensor, TensorData};
 use lmrl_rl::group::{
-    GrpoConfig, GrpoLossInputs, GrpoLossType, RlooConfig, ScaleRewards, grpo_advantages, grpo_loss,
-    k3_kl, rloo_advantages, rloo_loss, rloo_rewards, rloo_sequence_kl, sequence_logps,
+    GrpoConfig, GrpoLossInputs, GrpoLossType, GrpoSettings, RlooConfig, RlooSettings, ScaleRewards,
+    grpo_advantages, grpo_loss, k3_kl, rloo_advantages, rloo_loss, rloo_rewards, rloo_sequence_kl,
+    sequence_logps,
 };
 use lmrl_rl::ppo::ResponseMask;
 use serde_json::Value;
@@ -158,9 +159,11 @@ fn grpo_config(s: &Value) -> GrpoConfig {
         beta: s["beta"].as_f64().expect("beta"),
         epsilon: s["epsilon"].as_f64().expect("epsilon"),
         epsilon_high: s["epsilon_high"].as_f64(),
-        scale_rewards: scale_of(&s["scale_rewards"]),
-        loss_type,
-        use_bias_correction_kl: s["use_bias_correction_kl"].as_bool().expect("bool"),
+        kind: GrpoSettings {
+            scale_rewards: scale_of(&s["scale_rewards"]),
+            loss_type,
+            use_bias_correction_kl: s["use_bias_correction_kl"].as_bool().expect("bool"),
+        },
         // The fixture's one group is one micro-batch and one Adam step (the loop sizes do not
         // enter the loss; they only have to describe a whole step).
         prompts_per_step: 1,
@@ -182,14 +185,14 @@ fn grpo_loss_matches_trl_for_every_loss_type() {
         let name = c["name"].as_str().expect("name");
         let cfg = grpo_config(&c["settings"]);
         cfg.validate().expect("fixture config is valid");
-        seen.push(cfg.loss_type);
+        seen.push(cfg.kind.loss_type);
         let tag = format!("grpo[{name}]");
 
         // Advantages from the rewards, as TRL's scoring pass does.
         let adv = grpo_advantages(
             t1(&fi["rewards"], &device),
             inp.group_size,
-            cfg.scale_rewards,
+            cfg.kind.scale_rewards,
         )
         .expect("advantages");
         close(
@@ -311,9 +314,11 @@ fn rloo_config(s: &Value) -> RlooConfig {
         beta: s["beta"].as_f64().expect("beta"),
         epsilon: s["epsilon"].as_f64().expect("epsilon"),
         epsilon_high: s["epsilon_high"].as_f64(),
-        normalize_advantages: s["normalize_advantages"].as_bool().expect("bool"),
-        reward_clip_range: serde_json::from_value(s["reward_clip_range"].clone())
-            .expect("reward_clip_range"),
+        kind: RlooSettings {
+            normalize_advantages: s["normalize_advantages"].as_bool().expect("bool"),
+            reward_clip_range: serde_json::from_value(s["reward_clip_range"].clone())
+                .expect("reward_clip_range"),
+        },
         ..RlooConfig::default()
     }
 }
@@ -352,11 +357,11 @@ fn rloo_matches_trl() {
             t1(&fi["rewards"], &device),
             Some(kl.kl),
             cfg.beta,
-            cfg.reward_clip_range,
+            cfg.kind.reward_clip_range,
         )
         .expect("rewards");
         close(&format!("{tag} rewards"), rewards.clone(), &c["rewards"]);
-        let adv = rloo_advantages(rewards, cfg.num_generations, cfg.normalize_advantages)
+        let adv = rloo_advantages(rewards, cfg.num_generations, cfg.kind.normalize_advantages)
             .expect("advantages");
         close(&format!("{tag} baselines"), adv.baselines, &c["baselines"]);
         close(

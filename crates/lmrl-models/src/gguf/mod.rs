@@ -12,6 +12,7 @@
 //! Start-up reads the file once: the tokenizer and the configuration need only the header
 //! ([`GgufMetadata::read`]), and [`read_gguf`] reads each tensor's bytes once.
 pub mod dequant;
+mod header;
 pub mod llama;
 pub mod reader;
 

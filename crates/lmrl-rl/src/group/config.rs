@@ -1,6 +1,11 @@
 //! GRPO and RLOO hyper-parameters: the fields of TRL 1.16 `GRPOConfig` and `RLOOConfig` that
-//! change what the advantage and loss code computes, with TRL's defaults.
+//! change what the advantage and loss code computes, with TRL's defaults. Both algorithms share
+//! one [`GroupConfig`]; what only one of them reads is its [`GroupKind`] ([`GrpoSettings`],
+//! [`RlooSettings`]), and the defaults in which TRL's two configs differ come with the kind.
 
+use std::fmt::Debug;
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
@@ -41,11 +46,46 @@ pub enum GrpoLossType {
     Dapo,
 }
 
-/// GRPO configuration: TRL 1.16 `GRPOConfig`, the fields this crate implements, with TRL's
-/// defaults, plus the optimisation loop's sizes (TRL's `TrainingArguments`). Deserialising fills
-/// missing fields from `Default` and rejects unknown ones. With the `cli` feature a clap argument
-/// group whose flags carry the prefix `--grpo-` (`--grpo-beta`, `--grpo-num-generations`, …), so
-/// they live beside PPO's and RLOO's flags of the same name.
+/// A kind's settings are a clap argument group with the `cli` feature, and plain data without.
+#[cfg(feature = "cli")]
+pub trait KindArgs: clap::Args {}
+#[cfg(feature = "cli")]
+impl<T: clap::Args> KindArgs for T {}
+/// A kind's settings are a clap argument group with the `cli` feature, and plain data without.
+#[cfg(not(feature = "cli"))]
+pub trait KindArgs {}
+#[cfg(not(feature = "cli"))]
+impl<T> KindArgs for T {}
+
+/// One group-relative algorithm's side of a [`GroupConfig`]: the settings only it reads (its
+/// fields sit beside the shared ones in its `config.toml` section), the name and flag prefix
+/// of that section, and the defaults in which TRL's configs differ.
+pub trait GroupKind:
+    Debug + Clone + PartialEq + Default + Serialize + DeserializeOwned + KindArgs
+{
+    /// `GRPO` or `RLOO`, as help texts and errors name it.
+    const NAME: &'static str;
+    /// The `config.toml` section, `grpo` or `rloo`; its flags are `--<section>-<field>`.
+    const SECTION: &'static str;
+    /// TRL's default completions per prompt.
+    const NUM_GENERATIONS: usize;
+    /// Prompts per step by default.
+    const PROMPTS_PER_STEP: usize;
+    /// TRL's default KL coefficient β.
+    const BETA: f64;
+    /// What β weighs, for the help of `--<section>-beta`.
+    const BETA_HELP: &'static str;
+    /// Rejects meaningless values of the kind's own settings.
+    fn validate(&self) -> Result<()>;
+}
+
+/// The settings of GRPO and RLOO alike: TRL 1.16 `GRPOConfig` / `RLOOConfig`, the fields this
+/// crate implements, with TRL's defaults, plus the optimisation loop's sizes (TRL's
+/// `TrainingArguments`) and the kind's own settings `kind`, whose fields are read and written
+/// beside these. Deserialising fills missing fields from `Default` and rejects unknown ones.
+/// With the `cli` feature a clap argument group whose flags carry the section as a prefix
+/// (`--grpo-beta`, `--rloo-num-generations`, …), so that both live beside PPO's flags of the
+/// same name.
 ///
 /// Sizes: one [`crate::GroupAgent::step`] trains on `prompts_per_step × num_generations`
 /// completions (TRL's `generation_batch_size`), in micro-batches of `mini_batch_size`
@@ -55,84 +95,66 @@ pub enum GrpoLossType {
 /// Adam step on the whole batch, on-policy: TRL's default `steps_per_generation =
 /// gradient_accumulation_steps`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(default, deny_unknown_fields)]
-pub struct GrpoConfig {
-    /// GRPO: Adam learning rate (`learning_rate`, TRL 1e-6).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-learning-rate", id = "grpo_learning_rate")
-    )]
+#[serde(default, deny_unknown_fields, bound = "K: GroupKind")]
+pub struct GroupConfig<K: GroupKind> {
+    /// Adam learning rate (`learning_rate`, TRL 1e-6).
     pub learning_rate: f64,
-    /// GRPO: completions per prompt, G (`num_generations`, 8); at least 2.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-num-generations", id = "grpo_num_generations")
-    )]
+    /// Completions per prompt, G (`num_generations`, GRPO 8, RLOO 2); at least 2.
     pub num_generations: usize,
-    /// GRPO: prompts per step (each answered G times; TRL counts completions instead:
+    /// Prompts per step (each answered G times; TRL counts completions instead:
     /// `generation_batch_size` = this × G).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-prompts-per-step", id = "grpo_prompts_per_step")
-    )]
     pub prompts_per_step: usize,
-    /// GRPO: completions per forward/backward pass (`per_device_train_batch_size`, 8).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-mini-batch-size", id = "grpo_mini_batch_size")
-    )]
+    /// Completions per forward/backward pass (`per_device_train_batch_size`, 8).
     pub mini_batch_size: usize,
-    /// GRPO: micro-batches whose gradients are summed into one Adam step
+    /// Micro-batches whose gradients are summed into one Adam step
     /// (`gradient_accumulation_steps`, 1).
-    #[cfg_attr(
-        feature = "cli",
-        arg(
-            long = "grpo-gradient-accumulation-steps",
-            id = "grpo_gradient_accumulation_steps"
-        )
-    )]
     pub gradient_accumulation_steps: usize,
-    /// GRPO: completions per no-grad forward of the reference (and, off-policy, the old
-    /// policy); `None` = `mini_batch_size`. Memory only: results do not depend on it.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-forward-batch-size", id = "grpo_forward_batch_size")
-    )]
+    /// Completions per no-grad forward of the reference (and, off-policy or for RLOO's KL, the
+    /// old policy); `None` = `mini_batch_size`. Memory only: results do not depend on it.
     pub forward_batch_size: Option<usize>,
-    /// GRPO: longest completion (`max_completion_length`, 512): the divisor of `dr_grpo` and
-    /// the length at which a completion without EOS counts as truncated. Apps set it from their
-    /// own response length.
-    #[cfg_attr(feature = "cli", arg(skip))]
+    /// Longest completion (`max_completion_length`, 512): the divisor of GRPO's `dr_grpo` and
+    /// the length at which a completion without EOS counts as truncated. Apps set it from
+    /// their own response length.
     pub max_completion_length: usize,
-    /// GRPO: the sampling temperature (`temperature`, 1.0); the log-probabilities are those of
-    /// the logits divided by it, as TRL computes them. Apps set it from their sampler.
-    #[cfg_attr(feature = "cli", arg(skip))]
+    /// The sampling temperature (`temperature`, 1.0); the log-probabilities are those of the
+    /// logits divided by it, as TRL computes them. Apps set it from their sampler.
     pub temperature: f64,
     /// Nucleus sampling (`top_p`, 1.0 = off); informational, the sampler is the app's.
-    #[cfg_attr(feature = "cli", arg(skip))]
     pub top_p: f64,
     /// Top-k sampling (`top_k`, 0 = off); informational, the sampler is the app's.
-    #[cfg_attr(feature = "cli", arg(skip))]
     pub top_k: usize,
-    /// GRPO: KL coefficient β of the k3 term in the loss (`beta`, TRL 0.0; DeepSeekMath 0.04).
-    #[cfg_attr(feature = "cli", arg(long = "grpo-beta", id = "grpo_beta"))]
+    /// KL coefficient β (`beta`): of the k3 term in GRPO's loss (TRL 0.0; DeepSeekMath 0.04),
+    /// of RLOO's reward penalty r − β·Σ_t k1 (0.05).
     pub beta: f64,
-    /// GRPO: passes over each generation batch, μ (`num_iterations`, 1).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-num-iterations", id = "grpo_num_iterations")
-    )]
+    /// Passes over each generation batch, μ (`num_iterations`, 1).
     pub num_iterations: usize,
-    /// GRPO: lower clip ε_low of the ratio (`epsilon`, 0.2).
-    #[cfg_attr(feature = "cli", arg(long = "grpo-epsilon", id = "grpo_epsilon"))]
+    /// Lower clip ε_low of the ratio (`epsilon`, 0.2).
     pub epsilon: f64,
-    /// GRPO: upper clip ε_high (`epsilon_high`, unset = ε_low; DAPO's clip-higher uses 0.28).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-epsilon-high", id = "grpo_epsilon_high")
-    )]
+    /// Upper clip ε_high (`epsilon_high`, unset = ε_low; DAPO's clip-higher uses 0.28).
     pub epsilon_high: Option<f64>,
+    /// Leave truncated completions (no EOS within `max_completion_length`) out of the loss
+    /// (`mask_truncated_completions`, false); their rewards still count in the groups.
+    pub mask_truncated_completions: bool,
+    /// Clip the global gradient norm (`max_grad_norm`, TRL 1.0); unset = no clipping.
+    pub max_grad_norm: Option<f32>,
+    /// Adam β₁ (0.9).
+    pub adam_beta1: f32,
+    /// Adam β₂ (0.999).
+    pub adam_beta2: f32,
+    /// Adam ε (1e-8).
+    pub adam_epsilon: f32,
+    /// Seed of the micro-batch shuffles (an app sets it from its run seed).
+    pub seed: u64,
+    /// The settings only this kind reads.
+    #[serde(flatten)]
+    pub kind: K,
+}
+
+/// GRPO's own settings (TRL `GRPOConfig`). With the `cli` feature, flags `--grpo-…`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[serde(default)]
+pub struct GrpoSettings {
     /// GRPO: how the centred rewards are scaled (`scale_rewards`: `group` std, `batch` std, or
     /// `none`).
     #[cfg_attr(
@@ -154,39 +176,81 @@ pub struct GrpoConfig {
         arg(long = "grpo-use-bias-correction-kl", id = "grpo_use_bias_correction_kl", action = clap::ArgAction::Set)
     )]
     pub use_bias_correction_kl: bool,
-    /// GRPO: leave truncated completions (no EOS within `max_completion_length`) out of the
-    /// loss (`mask_truncated_completions`, false); their rewards still count in the groups.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-mask-truncated-completions", id = "grpo_mask_truncated_completions", action = clap::ArgAction::Set)
-    )]
-    pub mask_truncated_completions: bool,
-    /// GRPO: clip the global gradient norm (`max_grad_norm`, TRL 1.0); unset = no clipping.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "grpo-max-grad-norm", id = "grpo_max_grad_norm")
-    )]
-    pub max_grad_norm: Option<f32>,
-    /// Adam β₁ (0.9).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub adam_beta1: f32,
-    /// Adam β₂ (0.999).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub adam_beta2: f32,
-    /// Adam ε (1e-8).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub adam_epsilon: f32,
-    /// Seed of the micro-batch shuffles (an app sets it from its run seed).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub seed: u64,
 }
 
-impl Default for GrpoConfig {
+impl Default for GrpoSettings {
+    fn default() -> Self {
+        Self {
+            scale_rewards: ScaleRewards::Group,
+            loss_type: GrpoLossType::Dapo,
+            use_bias_correction_kl: true,
+        }
+    }
+}
+
+impl GroupKind for GrpoSettings {
+    const NAME: &'static str = "GRPO";
+    const SECTION: &'static str = "grpo";
+    const NUM_GENERATIONS: usize = 8;
+    const PROMPTS_PER_STEP: usize = 1;
+    const BETA: f64 = 0.0;
+    const BETA_HELP: &'static str =
+        "of the k3 term in the loss (`beta`, TRL 0.0; DeepSeekMath 0.04)";
+
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// RLOO's own settings (TRL `RLOOConfig`). With the `cli` feature, flags `--rloo-…`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[serde(default)]
+pub struct RlooSettings {
+    /// RLOO: whiten the advantages over the batch (`normalize_advantages`, false).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "rloo-normalize-advantages", id = "rloo_normalize_advantages", action = clap::ArgAction::Set)
+    )]
+    pub normalize_advantages: bool,
+    /// Clamp the rewards to `[lo, hi]` before the KL penalty (`reward_clip_range`, `None`).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub reward_clip_range: Option<(f32, f32)>,
+}
+
+impl GroupKind for RlooSettings {
+    const NAME: &'static str = "RLOO";
+    const SECTION: &'static str = "rloo";
+    const NUM_GENERATIONS: usize = 2;
+    const PROMPTS_PER_STEP: usize = 4;
+    const BETA: f64 = 0.05;
+    const BETA_HELP: &'static str = "of the reward penalty r − β·Σ_t k1 (`beta`, 0.05)";
+
+    fn validate(&self) -> Result<()> {
+        if let Some((lo, hi)) = self.reward_clip_range
+            && (lo.is_nan() || hi.is_nan() || lo > hi)
+        {
+            return bad(
+                "reward_clip_range",
+                format!("needs lo ≤ hi, got ({lo}, {hi})"),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// GRPO configuration (TRL 1.16 `GRPOConfig`): `[grpo]`, flags `--grpo-…`.
+pub type GrpoConfig = GroupConfig<GrpoSettings>;
+
+/// RLOO configuration (TRL 1.16 `RLOOConfig`): `[rloo]`, flags `--rloo-…`.
+pub type RlooConfig = GroupConfig<RlooSettings>;
+
+impl<K: GroupKind> Default for GroupConfig<K> {
     fn default() -> Self {
         Self {
             learning_rate: 1e-6,
-            num_generations: 8,
-            prompts_per_step: 1,
+            num_generations: K::NUM_GENERATIONS,
+            prompts_per_step: K::PROMPTS_PER_STEP,
             mini_batch_size: 8,
             gradient_accumulation_steps: 1,
             forward_batch_size: None,
@@ -194,19 +258,17 @@ impl Default for GrpoConfig {
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,
-            beta: 0.0,
+            beta: K::BETA,
             num_iterations: 1,
             epsilon: 0.2,
             epsilon_high: None,
-            scale_rewards: ScaleRewards::Group,
-            loss_type: GrpoLossType::Dapo,
-            use_bias_correction_kl: true,
             mask_truncated_completions: false,
             max_grad_norm: Some(1.0),
             adam_beta1: 0.9,
             adam_beta2: 0.999,
             adam_epsilon: 1e-8,
             seed: 0,
+            kind: K::default(),
         }
     }
 }
@@ -332,7 +394,7 @@ fn check_clip(epsilon: f64, epsilon_high: Option<f64>) -> Result<()> {
     Ok(())
 }
 
-impl GrpoConfig {
+impl<K: GroupKind> GroupConfig<K> {
     /// The optimisation loop's sizes.
     pub fn sizes(&self) -> GroupSizes {
         GroupSizes {
@@ -350,12 +412,55 @@ impl GrpoConfig {
         self.epsilon_high.unwrap_or(self.epsilon)
     }
 
-    /// The loss normalisation of [`Self::loss_type`]. `num_items_in_batch` is TRL's
+    /// Rejects configurations TRL rejects (fewer than two generations) and meaningless values.
+    pub fn validate(&self) -> Result<()> {
+        if self.num_generations < 2 {
+            return bad(
+                "num_generations",
+                format!(
+                    "{} needs at least 2 completions per prompt, got {}",
+                    K::NAME,
+                    self.num_generations
+                ),
+            );
+        }
+        if self.max_completion_length == 0 {
+            return bad("max_completion_length", "must be at least 1");
+        }
+        if self.num_iterations == 0 {
+            return bad("num_iterations", "must be at least 1");
+        }
+        if !(self.beta.is_finite() && self.beta >= 0.0) {
+            return bad("beta", format!("must be finite and ≥ 0, got {}", self.beta));
+        }
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return bad("temperature", "must be positive");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", "must be in (0, 1]");
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return bad("learning_rate", "must be positive");
+        }
+        self.kind.validate()?;
+        self.sizes().validate()?;
+        check_adam(
+            self.adam_beta1,
+            self.adam_beta2,
+            self.adam_epsilon,
+            self.max_grad_norm,
+        )?;
+        check_clip(self.epsilon, self.epsilon_high)
+    }
+}
+
+impl GrpoConfig {
+    /// The loss normalisation of GRPO's `loss_type`. `num_items_in_batch` is TRL's
     /// `num_items_in_batch` (active tokens of the whole generation batch, all processes), used
     /// by `"dapo"` only, with one process and one optimisation step per generation batch (pass
     /// [`LossNormalisation::dapo`] yourself otherwise).
     pub fn normalisation(&self, num_items_in_batch: usize) -> LossNormalisation {
-        match self.loss_type {
+        match self.kind.loss_type {
             GrpoLossType::Grpo => LossNormalisation::Sequence,
             GrpoLossType::Bnpo => LossNormalisation::Token,
             GrpoLossType::DrGrpo => LossNormalisation::DrGrpo {
@@ -371,265 +476,18 @@ impl GrpoConfig {
             epsilon_low: self.epsilon,
             epsilon_high: self.epsilon_high(),
             beta: self.beta,
-            use_bias_correction_kl: self.use_bias_correction_kl,
+            use_bias_correction_kl: self.kind.use_bias_correction_kl,
             normalisation: self.normalisation(num_items_in_batch),
-        }
-    }
-
-    /// Rejects configurations TRL rejects (fewer than two generations) and meaningless values.
-    pub fn validate(&self) -> Result<()> {
-        if self.num_generations < 2 {
-            return bad(
-                "num_generations",
-                format!(
-                    "GRPO needs at least 2 completions per prompt, got {}",
-                    self.num_generations
-                ),
-            );
-        }
-        if self.max_completion_length == 0 {
-            return bad("max_completion_length", "must be at least 1");
-        }
-        if self.num_iterations == 0 {
-            return bad("num_iterations", "must be at least 1");
-        }
-        if !(self.beta.is_finite() && self.beta >= 0.0) {
-            return bad("beta", format!("must be finite and ≥ 0, got {}", self.beta));
-        }
-        if !(self.temperature.is_finite() && self.temperature > 0.0) {
-            return bad("temperature", "must be positive");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", "must be in (0, 1]");
-        }
-        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
-            return bad("learning_rate", "must be positive");
-        }
-        self.sizes().validate()?;
-        check_adam(
-            self.adam_beta1,
-            self.adam_beta2,
-            self.adam_epsilon,
-            self.max_grad_norm,
-        )?;
-        check_clip(self.epsilon, self.epsilon_high)
-    }
-}
-
-/// RLOO configuration: TRL 1.16 `RLOOConfig`, the fields this crate implements, with TRL's
-/// defaults, plus the optimisation loop's sizes as in [`GrpoConfig`]. Deserialising fills
-/// missing fields from `Default` and rejects unknown ones. With the `cli` feature a clap
-/// argument group with the prefix `--rloo-`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-#[serde(default, deny_unknown_fields)]
-pub struct RlooConfig {
-    /// RLOO: Adam learning rate (`learning_rate`, TRL 1e-6).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-learning-rate", id = "rloo_learning_rate")
-    )]
-    pub learning_rate: f64,
-    /// RLOO: completions per prompt, k (`num_generations`, 2); at least 2.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-num-generations", id = "rloo_num_generations")
-    )]
-    pub num_generations: usize,
-    /// RLOO: prompts per step (each answered k times).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-prompts-per-step", id = "rloo_prompts_per_step")
-    )]
-    pub prompts_per_step: usize,
-    /// RLOO: completions per forward/backward pass (`per_device_train_batch_size`, 8).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-mini-batch-size", id = "rloo_mini_batch_size")
-    )]
-    pub mini_batch_size: usize,
-    /// RLOO: micro-batches per Adam step (`gradient_accumulation_steps`, 1).
-    #[cfg_attr(
-        feature = "cli",
-        arg(
-            long = "rloo-gradient-accumulation-steps",
-            id = "rloo_gradient_accumulation_steps"
-        )
-    )]
-    pub gradient_accumulation_steps: usize,
-    /// RLOO: completions per no-grad forward (policy and reference); `None` =
-    /// `mini_batch_size`. Memory only.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-forward-batch-size", id = "rloo_forward_batch_size")
-    )]
-    pub forward_batch_size: Option<usize>,
-    /// RLOO: longest completion (`max_completion_length`, 512); apps set it from their own
-    /// response length.
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub max_completion_length: usize,
-    /// RLOO: the sampling temperature (`temperature`, 1.0), also applied to the logits of the
-    /// log-probabilities; apps set it from their sampler.
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub temperature: f64,
-    /// Nucleus sampling (`top_p`, 1.0 = off); informational.
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub top_p: f64,
-    /// Top-k sampling (`top_k`, 0 = off); informational.
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub top_k: usize,
-    /// RLOO: KL coefficient β of the reward penalty r − β·Σ_t k1 (`beta`, 0.05).
-    #[cfg_attr(feature = "cli", arg(long = "rloo-beta", id = "rloo_beta"))]
-    pub beta: f64,
-    /// RLOO: passes over each generation batch (`num_iterations`, 1).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-num-iterations", id = "rloo_num_iterations")
-    )]
-    pub num_iterations: usize,
-    /// RLOO: lower clip ε_low of the sequence ratio (`epsilon`, 0.2).
-    #[cfg_attr(feature = "cli", arg(long = "rloo-epsilon", id = "rloo_epsilon"))]
-    pub epsilon: f64,
-    /// RLOO: upper clip ε_high (`epsilon_high`, unset = ε_low).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-epsilon-high", id = "rloo_epsilon_high")
-    )]
-    pub epsilon_high: Option<f64>,
-    /// RLOO: whiten the advantages over the batch (`normalize_advantages`, false).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-normalize-advantages", id = "rloo_normalize_advantages", action = clap::ArgAction::Set)
-    )]
-    pub normalize_advantages: bool,
-    /// Clamp the rewards to `[lo, hi]` before the KL penalty (`reward_clip_range`, `None`).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub reward_clip_range: Option<(f32, f32)>,
-    /// RLOO: leave truncated completions out of the loss (`mask_truncated_completions`, false).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-mask-truncated-completions", id = "rloo_mask_truncated_completions", action = clap::ArgAction::Set)
-    )]
-    pub mask_truncated_completions: bool,
-    /// RLOO: clip the global gradient norm (`max_grad_norm`, TRL 1.0); unset = no clipping.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long = "rloo-max-grad-norm", id = "rloo_max_grad_norm")
-    )]
-    pub max_grad_norm: Option<f32>,
-    /// Adam β₁ (0.9).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub adam_beta1: f32,
-    /// Adam β₂ (0.999).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub adam_beta2: f32,
-    /// Adam ε (1e-8).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub adam_epsilon: f32,
-    /// Seed of the micro-batch shuffles (an app sets it from its run seed).
-    #[cfg_attr(feature = "cli", arg(skip))]
-    pub seed: u64,
-}
-
-impl Default for RlooConfig {
-    fn default() -> Self {
-        Self {
-            learning_rate: 1e-6,
-            num_generations: 2,
-            prompts_per_step: 4,
-            mini_batch_size: 8,
-            gradient_accumulation_steps: 1,
-            forward_batch_size: None,
-            max_completion_length: 512,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            beta: 0.05,
-            num_iterations: 1,
-            epsilon: 0.2,
-            epsilon_high: None,
-            normalize_advantages: false,
-            reward_clip_range: None,
-            mask_truncated_completions: false,
-            max_grad_norm: Some(1.0),
-            adam_beta1: 0.9,
-            adam_beta2: 0.999,
-            adam_epsilon: 1e-8,
-            seed: 0,
         }
     }
 }
 
 impl RlooConfig {
-    /// The optimisation loop's sizes.
-    pub fn sizes(&self) -> GroupSizes {
-        GroupSizes {
-            num_generations: self.num_generations,
-            prompts_per_step: self.prompts_per_step,
-            mini_batch_size: self.mini_batch_size,
-            gradient_accumulation_steps: self.gradient_accumulation_steps,
-            forward_batch_size: self.forward_batch_size.unwrap_or(self.mini_batch_size),
-            num_iterations: self.num_iterations,
-        }
-    }
-
-    /// ε_high as TRL resolves it: `epsilon_high` if set, else `epsilon`.
-    pub fn epsilon_high(&self) -> f64 {
-        self.epsilon_high.unwrap_or(self.epsilon)
-    }
-
     /// The parameters of [`crate::group::loss::rloo_loss`].
     pub fn loss_params(&self) -> RlooLossParams {
         RlooLossParams {
             epsilon_low: self.epsilon,
             epsilon_high: self.epsilon_high(),
         }
-    }
-
-    /// Rejects configurations TRL rejects (fewer than two generations) and meaningless values.
-    pub fn validate(&self) -> Result<()> {
-        if self.num_generations < 2 {
-            return bad(
-                "num_generations",
-                format!(
-                    "RLOO needs at least 2 completions per prompt, got {}",
-                    self.num_generations
-                ),
-            );
-        }
-        if self.max_completion_length == 0 {
-            return bad("max_completion_length", "must be at least 1");
-        }
-        if self.num_iterations == 0 {
-            return bad("num_iterations", "must be at least 1");
-        }
-        if !(self.beta.is_finite() && self.beta >= 0.0) {
-            return bad("beta", format!("must be finite and ≥ 0, got {}", self.beta));
-        }
-        if !(self.temperature.is_finite() && self.temperature > 0.0) {
-            return bad("temperature", "must be positive");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", "must be in (0, 1]");
-        }
-        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
-            return bad("learning_rate", "must be positive");
-        }
-        if let Some((lo, hi)) = self.reward_clip_range
-            && (lo.is_nan() || hi.is_nan() || lo > hi)
-        {
-            return bad(
-                "reward_clip_range",
-                format!("needs lo ≤ hi, got ({lo}, {hi})"),
-            );
-        }
-        self.sizes().validate()?;
-        check_adam(
-            self.adam_beta1,
-            self.adam_beta2,
-            self.adam_epsilon,
-            self.max_grad_norm,
-        )?;
-        check_clip(self.epsilon, self.epsilon_high)
     }
 }

@@ -19,7 +19,7 @@
 //! | `RLOOTrainer._compute_loss` | [`rloo_loss`] |
 //! | `mask_truncated_completions` | [`mask_truncated_completions`] |
 //! | DAPO's dynamic sampling (one round), `frac_reward_zero_std` | [`informative_groups`], [`informative_samples`], [`equal_reward_share`] |
-//! | `GRPOConfig`, `RLOOConfig` | [`GrpoConfig`], [`RlooConfig`] |
+//! | `GRPOConfig`, `RLOOConfig` | [`GroupConfig`]: [`GrpoConfig`] (with [`GrpoSettings`]), [`RlooConfig`] (with [`RlooSettings`]) |
 //! | `GRPOTrainer` / `RLOOTrainer` training step (`_prepare_inputs`, `compute_loss`, accumulation) | [`GroupAgent`] |
 //!
 //! Not implemented: TRL's other GRPO loss types (`cispo`, `sapo`, `luspo`, `vespo`),
@@ -29,18 +29,28 @@
 
 mod advantages;
 mod agent;
+mod algorithm;
 mod config;
+#[cfg(feature = "cli")]
+mod config_cli;
+mod forward;
 mod kl;
 mod loss;
 mod mask;
 mod parallel;
 mod selection;
+mod stats;
+mod train;
 
 pub use advantages::{
     GroupAdvantages, RewardStats, RlooAdvantages, grpo_advantages, rloo_advantages, rloo_rewards,
 };
-pub use agent::{GROUP_STATE_FORMAT, GroupAgent, GroupAgentState, GroupAlgorithm, GroupStats};
-pub use config::{GroupSizes, GrpoConfig, GrpoLossType, RlooConfig, ScaleRewards};
+pub use agent::{GROUP_STATE_FORMAT, GroupAgent, GroupAgentState};
+pub use algorithm::GroupAlgorithm;
+pub use config::{
+    GroupConfig, GroupKind, GroupSizes, GrpoConfig, GrpoLossType, GrpoSettings, KindArgs,
+    RlooConfig, RlooSettings, ScaleRewards,
+};
 pub use kl::{RlooKl, k3_kl, rloo_sequence_kl};
 pub use loss::{
     GrpoLoss, GrpoLossInputs, GrpoLossParams, GrpoLossStats, LossNormalisation, RlooLoss,
@@ -49,3 +59,4 @@ pub use loss::{
 };
 pub use mask::mask_truncated_completions;
 pub use selection::{equal_reward_share, informative_groups, informative_samples};
+pub use stats::GroupStats;

@@ -11,13 +11,49 @@
 //! | gradients | one backward per micro-batch | summed over ranks before clipping and Adam |
 //! | `clip_ratio/low_min`, `high_max` | over the micro-batch's sequences | over the ranks' values |
 //!
-//! With one rank none of this runs: the single-process step is the code in `agent.rs`.
+//! With one rank the gathers return this rank's values and the rest does not run.
 use std::ops::Range;
 
-use crate::dist::{Collective, all_gather_f32};
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::dist::{Collective, all_gather_f32, all_gather_usize};
 use crate::error::Result;
-use crate::group::agent::{Collected, GroupAlgorithm};
+use crate::group::algorithm::GroupAlgorithm;
 use crate::group::loss::LossNormalisation;
+use crate::group::stats::Collected;
+use crate::util::to_vec;
+
+/// Every completion's length, truncation and score, in batch order, from each rank's own.
+pub(super) fn gather_completions(
+    c: &dyn Collective,
+    lengths: &[usize],
+    truncated: &[bool],
+    scores: &[f32],
+) -> Result<(Vec<usize>, Vec<bool>, Vec<f32>)> {
+    let all_lengths = all_gather_usize(c, lengths)?;
+    let flags: Vec<usize> = truncated.iter().map(|&t| usize::from(t)).collect();
+    let all_truncated: Vec<bool> = all_gather_usize(c, &flags)?
+        .into_iter()
+        .map(|t| t == 1)
+        .collect();
+    let all_scores = all_gather_f32(c, scores)?;
+    Ok((all_lengths, all_truncated, all_scores))
+}
+
+/// RLOO's sequence KL of every completion of the batch, gathered from each rank's `kl`, and
+/// its token mean over the batch's `active_tokens`.
+pub(super) fn rloo_kl_across_ranks(
+    c: &dyn Collective,
+    kl: Tensor<1>,
+    active_tokens: usize,
+    device: &Device,
+) -> Result<(Tensor<1>, f32)> {
+    let all = all_gather_f32(c, &to_vec("rloo kl", kl)?)?;
+    let mean = all.iter().sum::<f32>() / active_tokens.max(1) as f32;
+    let n_all = all.len();
+    let all = TensorData::new(all, [n_all]);
+    Ok((Tensor::from_data(all, device), mean))
+}
 
 /// One micro-batch of the shared order as this rank sees it.
 #[derive(Debug, Clone, PartialEq)]

@@ -119,19 +119,7 @@ pub fn clip_by_value(x: Tensor<2>, lo: Tensor<2>, hi: Tensor<2>) -> Tensor<2> {
 /// Returns `(L, L_pg, vf_coef·L_v)` with the statistics TRL logs. NaN/Inf in the current
 /// log-probs, values or the loss is an [`crate::RlError::NonFinite`].
 pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Result<PpoLoss> {
-    let dims = mask.dims();
-    for (name, t) in [
-        ("old_logprobs", &inputs.old_logprobs),
-        ("values", &inputs.values),
-        ("vpreds", &inputs.vpreds),
-        ("logprobs", &inputs.logprobs),
-        ("advantages", &inputs.advantages),
-        ("returns", &inputs.returns),
-    ] {
-        check_shape(name, t, &dims)?;
-    }
-    check_finite("logprobs", &inputs.logprobs)?;
-    check_finite("vpreds", &inputs.vpreds)?;
+    check_loss_inputs(&inputs, mask)?;
     let LossInputs {
         old_logprobs,
         values,
@@ -141,95 +129,23 @@ pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Resu
         advantages,
         returns,
     } = inputs;
-    let cv = p.cliprange_value as f32;
-    let vpredclipped = clip_by_value(
-        vpreds.clone(),
-        values.clone().sub_scalar(cv),
-        values.clone().add_scalar(cv),
-    );
-    let vf_losses1 = (vpreds.clone() - returns.clone()).square();
-    let vf_losses2 = (vpredclipped - returns.clone()).square();
-    let vf_loss = masked_mean(
-        "vf_loss",
-        vf_losses1.clone().max_pair(vf_losses2.clone()),
-        mask,
-    )?
-    .mul_scalar(0.5);
-    let vf_clipfrac = masked_mean(
-        "val/clipfrac",
-        vf_losses2.detach().greater(vf_losses1.detach()).float(),
-        mask,
-    )?;
-
-    let log_ratio = logprobs.clone() - old_logprobs.clone();
-    let ratio = log_ratio.clone().exp();
-    let neg_adv = advantages.clone().neg();
-    let pg_losses = neg_adv.clone() * ratio.clone();
-    let eps = p.cliprange as f32;
-    let pg_losses2 = neg_adv * ratio.clone().clamp(1.0 - eps, 1.0 + eps);
-    let pg_loss = masked_mean(
-        "pg_loss",
-        pg_losses.clone().max_pair(pg_losses2.clone()),
-        mask,
-    )?;
-    let pg_clipfrac = masked_mean(
-        "policy/clipfrac",
-        pg_losses2.detach().greater(pg_losses.detach()).float(),
-        mask,
-    )?;
-
+    let value = value_loss(&vpreds, &values, &returns, mask, p.cliprange_value)?;
+    let policy = policy_loss(logprobs, old_logprobs, &advantages, mask, p.cliprange)?;
     let vf_coef = p.vf_coef as f32;
-    let mut vf_weighted = vf_loss.clone().mul_scalar(vf_coef);
-    let mut pg_loss = pg_loss;
-
-    // Statistics, on detached tensors, read back in one transfer.
-    let ratio_d = ratio.detach();
-    let log_ratio_d = log_ratio.detach();
-    let entropy = masked_mean("policy/entropy", entropy_from_logits(logits.detach()), mask)?;
-    let approxkl =
-        masked_mean("policy/approxkl", log_ratio_d.clone().square(), mask)?.mul_scalar(0.5);
-    let policykl = masked_mean("policy/policykl", log_ratio_d.neg(), mask)?;
-    let adv_mean = masked_mean("policy/advantages_mean", advantages, mask)?;
-    let ratio_mean = masked_mean("policy/ratio", ratio_d, mask)?;
-    let returns_d = returns.detach();
-    let ret_mean = masked_mean("returns/mean", returns_d.clone(), mask)?;
-    // A minibatch with a single unmasked token has no unbiased variance; TRL's
-    // `masked_var` yields NaN there (0·1/0). These two are logged statistics only, so the same
-    // NaN is reported instead of failing the step.
-    let logged_var = |what: &str, x: Tensor<2>| -> Result<Tensor<1>> {
-        if mask.total() >= 2 {
-            masked_var(what, x, mask, true)
-        } else {
-            Ok(Tensor::<1>::from_data([f32::NAN], &x.device()))
-        }
-    };
-    let ret_var = logged_var("returns/var", returns_d.clone())?;
-    let vpreds_d = vpreds.detach();
-    let vpred_mean = masked_mean("val/vpred", vpreds_d.clone(), mask)?;
-    let val_error = masked_mean("val/error", (vpreds_d - returns_d).square(), mask)?;
-    let val_mean = masked_mean("val/mean", values.clone(), mask)?;
-    let val_var = logged_var("val/var", values)?;
-    let scalars = Tensor::cat(
-        vec![
-            pg_loss.clone().detach(),
-            vf_loss.detach(),
-            entropy,
-            approxkl,
-            policykl,
-            pg_clipfrac,
-            adv_mean,
-            ratio_mean,
-            ret_mean,
-            ret_var,
-            vpred_mean,
-            val_error,
-            vf_clipfrac,
-            val_mean,
-            val_var,
-        ],
-        0,
-    );
-    let s = to_vec("ppo loss statistics", scalars)?;
+    let mut vf_weighted = value.loss.clone().mul_scalar(vf_coef);
+    let mut pg_loss = policy.loss.clone();
+    let s = loss_statistics(
+        &value,
+        policy,
+        StatisticsInputs {
+            logits,
+            values,
+            vpreds,
+            advantages,
+            returns,
+        },
+        mask,
+    )?;
     let skipped = f64::from(s[7]) > p.ratio_threshold;
     let (mut lp, mut lv) = (s[0], s[1]);
     if skipped {
@@ -271,4 +187,174 @@ pub fn ppo_loss(inputs: LossInputs, mask: &ResponseMask, p: &LossParams) -> Resu
         skipped,
         stats,
     })
+}
+
+/// Every `[B, T]` input has the mask's shape; the current log-probs and values are finite.
+fn check_loss_inputs(inputs: &LossInputs, mask: &ResponseMask) -> Result<()> {
+    let dims = mask.dims();
+    for (name, t) in [
+        ("old_logprobs", &inputs.old_logprobs),
+        ("values", &inputs.values),
+        ("vpreds", &inputs.vpreds),
+        ("logprobs", &inputs.logprobs),
+        ("advantages", &inputs.advantages),
+        ("returns", &inputs.returns),
+    ] {
+        check_shape(name, t, &dims)?;
+    }
+    check_finite("logprobs", &inputs.logprobs)?;
+    check_finite("vpreds", &inputs.vpreds)
+}
+
+/// TRL's clipped value loss and `val/clipfrac`.
+struct ValueLoss {
+    /// L_v = ½·masked_mean(max((V^new − G)², (V^clip − G)²)).
+    loss: Tensor<1>,
+    clipfrac: Tensor<1>,
+}
+
+/// The value half of TRL `loss`: V^clip = clip(V^new, V^old ± `cliprange_value`),
+/// L_v = ½·masked_mean(max((V^new − G)², (V^clip − G)²)).
+fn value_loss(
+    vpreds: &Tensor<2>,
+    values: &Tensor<2>,
+    returns: &Tensor<2>,
+    mask: &ResponseMask,
+    cliprange_value: f64,
+) -> Result<ValueLoss> {
+    let cv = cliprange_value as f32;
+    let vpredclipped = clip_by_value(
+        vpreds.clone(),
+        values.clone().sub_scalar(cv),
+        values.clone().add_scalar(cv),
+    );
+    let vf_losses1 = (vpreds.clone() - returns.clone()).square();
+    let vf_losses2 = (vpredclipped - returns.clone()).square();
+    let loss = masked_mean(
+        "vf_loss",
+        vf_losses1.clone().max_pair(vf_losses2.clone()),
+        mask,
+    )?
+    .mul_scalar(0.5);
+    let clipfrac = masked_mean(
+        "val/clipfrac",
+        vf_losses2.detach().greater(vf_losses1.detach()).float(),
+        mask,
+    )?;
+    Ok(ValueLoss { loss, clipfrac })
+}
+
+/// TRL's clipped surrogate, `policy/clipfrac`, and the ratio its statistics read.
+struct PolicyLoss {
+    /// L_pg = masked_mean(max(−Â·ρ, −Â·clip(ρ, 1−ε, 1+ε))).
+    loss: Tensor<1>,
+    clipfrac: Tensor<1>,
+    /// ρ = exp(ℓ^new − ℓ^old).
+    ratio: Tensor<2>,
+    /// ℓ^new − ℓ^old.
+    log_ratio: Tensor<2>,
+}
+
+/// The policy half of TRL `loss` (Schulman et al. 2017 eq. 7): ρ = exp(ℓ^new − ℓ^old),
+/// L_pg = masked_mean(max(−Â·ρ, −Â·clip(ρ, 1−ε, 1+ε))).
+fn policy_loss(
+    logprobs: Tensor<2>,
+    old_logprobs: Tensor<2>,
+    advantages: &Tensor<2>,
+    mask: &ResponseMask,
+    cliprange: f64,
+) -> Result<PolicyLoss> {
+    let log_ratio = logprobs - old_logprobs;
+    let ratio = log_ratio.clone().exp();
+    let neg_adv = advantages.clone().neg();
+    let pg_losses = neg_adv.clone() * ratio.clone();
+    let eps = cliprange as f32;
+    let pg_losses2 = neg_adv * ratio.clone().clamp(1.0 - eps, 1.0 + eps);
+    let loss = masked_mean(
+        "pg_loss",
+        pg_losses.clone().max_pair(pg_losses2.clone()),
+        mask,
+    )?;
+    let clipfrac = masked_mean(
+        "policy/clipfrac",
+        pg_losses2.detach().greater(pg_losses.detach()).float(),
+        mask,
+    )?;
+    Ok(PolicyLoss {
+        loss,
+        clipfrac,
+        ratio,
+        log_ratio,
+    })
+}
+
+/// What the logged statistics read besides the two losses.
+struct StatisticsInputs {
+    logits: Tensor<3>,
+    values: Tensor<2>,
+    vpreds: Tensor<2>,
+    advantages: Tensor<2>,
+    returns: Tensor<2>,
+}
+
+/// The statistics TRL's `loss` returns, on detached tensors, read back in one transfer, in
+/// the order `L_pg, L_v, entropy, approxkl, policykl, policy clipfrac, advantages mean, ratio
+/// mean, returns mean, returns var, vpred, val error, val clipfrac, val mean, val var`.
+fn loss_statistics(
+    value: &ValueLoss,
+    policy: PolicyLoss,
+    x: StatisticsInputs,
+    mask: &ResponseMask,
+) -> Result<Vec<f32>> {
+    let ratio_d = policy.ratio.detach();
+    let log_ratio_d = policy.log_ratio.detach();
+    let entropy = masked_mean(
+        "policy/entropy",
+        entropy_from_logits(x.logits.detach()),
+        mask,
+    )?;
+    let approxkl =
+        masked_mean("policy/approxkl", log_ratio_d.clone().square(), mask)?.mul_scalar(0.5);
+    let policykl = masked_mean("policy/policykl", log_ratio_d.neg(), mask)?;
+    let adv_mean = masked_mean("policy/advantages_mean", x.advantages, mask)?;
+    let ratio_mean = masked_mean("policy/ratio", ratio_d, mask)?;
+    let returns_d = x.returns.detach();
+    let ret_mean = masked_mean("returns/mean", returns_d.clone(), mask)?;
+    // A minibatch with a single unmasked token has no unbiased variance; TRL's
+    // `masked_var` yields NaN there (0·1/0). These two are logged statistics only, so the same
+    // NaN is reported instead of failing the step.
+    let logged_var = |what: &str, x: Tensor<2>| -> Result<Tensor<1>> {
+        if mask.total() >= 2 {
+            masked_var(what, x, mask, true)
+        } else {
+            Ok(Tensor::<1>::from_data([f32::NAN], &x.device()))
+        }
+    };
+    let ret_var = logged_var("returns/var", returns_d.clone())?;
+    let vpreds_d = x.vpreds.detach();
+    let vpred_mean = masked_mean("val/vpred", vpreds_d.clone(), mask)?;
+    let val_error = masked_mean("val/error", (vpreds_d - returns_d).square(), mask)?;
+    let val_mean = masked_mean("val/mean", x.values.clone(), mask)?;
+    let val_var = logged_var("val/var", x.values)?;
+    let scalars = Tensor::cat(
+        vec![
+            policy.loss.detach(),
+            value.loss.clone().detach(),
+            entropy,
+            approxkl,
+            policykl,
+            policy.clipfrac,
+            adv_mean,
+            ratio_mean,
+            ret_mean,
+            ret_var,
+            vpred_mean,
+            val_error,
+            value.clipfrac.clone(),
+            val_mean,
+            val_var,
+        ],
+        0,
+    );
+    to_vec("ppo loss statistics", scalars)
 }

@@ -10,7 +10,7 @@
 //! | `loss`, `entropy_from_logits`, `clip_by_value` | [`ppo_loss`], [`entropy_from_logits`], [`clip_by_value`] |
 //! | `AdaptiveKLController`, `FixedKLController` | [`AdaptiveKlController`], [`FixedKlController`] |
 //! | `RunningMoments`, score scaling in `step` | [`RunningMoments`], [`normalise_scores`] |
-//! //! | `PPOConfig` | [`crate::PpoConfig`] |
+//! | `PPOConfig` | [`crate::PpoConfig`] |
 //! | `step`, `batched_forward_pass`, `train_minibatch`, `record_step_stats` | [`crate::PpoAgent`] |
 //! | `accelerator.clip_grad_norm_` | [`clip_grad_norm`] |
 //! | (checkpoint/resume of the trainer state) | [`crate::AgentState`], [`crate::PpoAgent::save_state`] |
@@ -18,6 +18,7 @@
 mod advantages;
 pub(crate) mod agent;
 pub(crate) mod config;
+mod forward;
 mod grad;
 mod kl;
 mod kl_controller;
@@ -28,6 +29,8 @@ mod rewards;
 mod running_moments;
 pub(crate) mod state;
 pub(crate) mod stats;
+mod targets;
+mod train;
 mod whiten;
 
 pub use advantages::{Advantages, Gae, Whiten, compute_advantages, compute_advantages_with};

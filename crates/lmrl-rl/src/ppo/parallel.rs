@@ -10,12 +10,15 @@
 //! | gradients | one backward | summed over ranks before clipping and Adam |
 //! | logged statistics | batch means | reduced sums, gathered per-sample values |
 //!
-//! With one rank none of this runs: the single-process step is the code in `agent.rs`.
-use burn::tensor::Tensor;
+//! With one rank none of this runs: the single-process step calls the plain functions
+//! (`masked_whiten`, the minibatch's own loss) where a rank calls these.
+use burn::tensor::{Device, Tensor};
 
-use crate::dist::Collective;
+use crate::dist::{Collective, all_gather_usize};
 use crate::error::Result;
-use crate::ppo::loss::LossStats;
+use crate::ppo::advantages::{Advantages, Gae, compute_advantages_with};
+use crate::ppo::forward::pad_cols;
+use crate::ppo::loss::{LossParams, LossStats, PpoLoss};
 use crate::ppo::mask::ResponseMask;
 use crate::ppo::whiten::{WHITEN_EPS, masked_mean};
 use crate::util::{to_scalar, to_vec};
@@ -151,4 +154,89 @@ pub fn combine_loss_stats(
         val_var: var(12, 14),
     };
     Ok((stats, n as usize))
+}
+
+/// TRL `compute_advantages` on a rank's share of the batch, with the whitening over every
+/// token of the global batch and GAE over the global batch's padded length. TRL's GAE runs over
+/// the padding too, and with `whiten_rewards` the whitened padding is not zero (−μ/σ + μ), so it
+/// reaches the advantages of the real tokens by an amount that depends on how many padded
+/// columns a row has: the share is padded to the longest response of the whole batch, as one
+/// process pads it, and the extra columns are dropped afterwards.
+pub(crate) fn compute_advantages_across_ranks(
+    c: &dyn Collective,
+    values: Tensor<2>,
+    rewards: Tensor<2>,
+    mask: &ResponseMask,
+    gae: &Gae,
+) -> Result<Advantages> {
+    let [b, t_local] = mask.dims();
+    let t_global = all_gather_usize(c, &[t_local])?
+        .into_iter()
+        .max()
+        .unwrap_or(t_local);
+    let padded = ResponseMask::from_tensor(pad_cols(mask.tensor(), t_global))?;
+    let whiten_across_ranks = |what: &str, x: Tensor<2>, m: &ResponseMask, shift: bool| {
+        global_masked_whiten(c, what, x, m, shift)
+    };
+    let adv = compute_advantages_with(
+        pad_cols(values, t_global),
+        pad_cols(rewards, t_global),
+        &padded,
+        gae,
+        &whiten_across_ranks,
+    )?;
+    let local = |x: Tensor<2>| x.slice([0..b, 0..t_local]);
+    Ok(Advantages {
+        values: local(adv.values),
+        advantages: local(adv.advantages),
+        returns: local(adv.returns),
+    })
+}
+
+/// One minibatch's loss split over ranks: this rank's `(loss, tokens)` (token means over its
+/// own samples, or `None` if it has none) becomes its share of the global minibatch's loss —
+/// its token sum ÷ the minibatch's global token count, so that the gradients summed over ranks
+/// are those of the global token mean —, the ratio threshold is decided on the global ratio
+/// mean, and the statistics are the global minibatch's. Returns the loss (zeros on `device`
+/// for a rank without samples), the statistics and whether the minibatch was skipped.
+pub(crate) fn reduce_minibatch(
+    c: &dyn Collective,
+    p: &LossParams,
+    local: Option<(PpoLoss, usize)>,
+    device: &Device,
+) -> Result<(PpoLoss, LossStats, bool)> {
+    let (mut stats, n_global) = combine_loss_stats(c, local.as_ref().map(|(o, n)| (&o.stats, *n)))?;
+    let skipped = f64::from(stats.policy_ratio_mean) > p.ratio_threshold;
+    if skipped {
+        stats.loss_policy *= 0.0;
+        stats.loss_value *= 0.0;
+    }
+    stats.loss_total = stats.loss_policy + p.vf_coef as f32 * stats.loss_value;
+    let out = match local {
+        Some((out, n)) => {
+            let share = if skipped {
+                0.0
+            } else {
+                n as f32 / n_global.max(1) as f32
+            };
+            PpoLoss {
+                loss: out.loss.mul_scalar(share),
+                pg_loss: out.pg_loss.mul_scalar(share),
+                vf_loss_weighted: out.vf_loss_weighted.mul_scalar(share),
+                skipped,
+                stats,
+            }
+        }
+        None => {
+            let zero = Tensor::<1>::zeros([1], device);
+            PpoLoss {
+                loss: zero.clone(),
+                pg_loss: zero.clone(),
+                vf_loss_weighted: zero,
+                skipped,
+                stats,
+            }
+        }
+    };
+    Ok((out, stats, skipped))
 }

@@ -3,9 +3,17 @@
 
 use std::collections::BTreeMap;
 
+use lmrl_models::CausalLm;
 use serde::Serialize;
 
+use crate::dist::{all_gather_f32, all_gather_usize};
+use crate::error::Result;
+use crate::ppo::agent::PpoAgent;
+use crate::ppo::forward::Rollout;
 use crate::ppo::loss::LossStats;
+use crate::ppo::parallel::global_masked_mean;
+use crate::ppo::train::{StepBatch, TrainStats};
+use crate::util::check_finite_host;
 
 /// What [`crate::ppo::agent::PpoAgent::step`] reports; field docs give TRL's key.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -181,4 +189,90 @@ pub fn mean_std(xs: &[f32]) -> (f32, f32) {
         0.0
     };
     (mean as f32, std as f32)
+}
+
+impl<M: CausalLm> PpoAgent<M> {
+    /// TRL `record_step_stats`: the KL, entropy and reward statistics of the batch, the token
+    /// lengths, and the loss statistics averaged over every minibatch of the step; with
+    /// `objective/kl` unrounded, as the KL controller receives it.
+    pub(super) fn record_step_stats(
+        &self,
+        batch: StepBatch<'_>,
+        (raw_scores, scores): (&[f32], &[f32]),
+        rollout: &Rollout,
+        beta: f64,
+        train: &TrainStats,
+    ) -> Result<(PpoStats, f64)> {
+        let StepBatch {
+            queries,
+            responses,
+            targets,
+        } = batch;
+        // Data parallel: `scores` are the global batch's, the rest this rank's share; every
+        // statistic is the global batch's (per-sample values gathered, sums reduced).
+        let c = &*self.collective;
+        let bs = scores.len();
+        let t_max = targets.t_max;
+        let kl_dist = all_gather_f32(c, &rollout.kl_per_sample()?)?;
+        check_finite_host("objective/kl_dist", &[bs], &kl_dist)?;
+        let objective_kl = kl_dist.iter().map(|&x| f64::from(x)).sum::<f64>() / bs as f64;
+        let mask_host = rollout.mask.host();
+        let entropy_rows = (0..queries.len()).map(|i| {
+            (0..t_max)
+                .map(|t| {
+                    let k = i * t_max + t;
+                    -f64::from(targets.old_logprobs[k]) * f64::from(mask_host[k])
+                })
+                .sum::<f64>()
+        });
+        let [entropy_sum] = crate::dist::sum_f64(c, [entropy_rows.sum::<f64>()])?;
+        let objective_entropy = entropy_sum / bs as f64;
+        let mean_nsr = global_masked_mean(
+            c,
+            "ppo/mean_non_score_reward",
+            targets.non_score_rewards.clone(),
+            &rollout.mask,
+        )?;
+        let (mean_scores, std_scores) = mean_std(scores);
+        let (mean_raw, _) = mean_std(raw_scores);
+        let lens = |xs: &[Vec<u32>]| -> Result<Vec<f32>> {
+            let mine: Vec<usize> = xs.iter().map(Vec::len).collect();
+            Ok(all_gather_usize(c, &mine)?
+                .into_iter()
+                .map(|n| n as f32)
+                .collect())
+        };
+        let ql = lens(queries)?;
+        let rl = lens(responses)?;
+        let (ql_mean, ql_std) = mean_std(&ql);
+        let (rl_mean, rl_std) = mean_std(&rl);
+        let loss = train.loss.mean();
+        let var_explained = 1.0 - loss.val_error / loss.returns_var;
+        let opt_steps = train.optimizer_steps;
+        let stats = PpoStats {
+            objective_kl: objective_kl as f32,
+            objective_kl_dist: kl_dist,
+            objective_kl_coef: beta,
+            objective_entropy: objective_entropy as f32,
+            mean_non_score_reward: mean_nsr,
+            mean_scores,
+            std_scores,
+            mean_raw_scores: mean_raw,
+            queries_len_mean: ql_mean,
+            queries_len_std: ql_std,
+            responses_len_mean: rl_mean,
+            responses_len_std: rl_std,
+            train: loss,
+            val_var_explained: var_explained,
+            learning_rate: self.config.learning_rate,
+            skipped_minibatches: train.skipped,
+            optimizer_steps: opt_steps,
+            grad_norm: self
+                .config
+                .max_grad_norm
+                .map(|_| (train.grad_norm_sum / opt_steps.max(1) as f64) as f32),
+            kl_coef_next: beta,
+        };
+        Ok((stats, objective_kl))
+    }
 }
