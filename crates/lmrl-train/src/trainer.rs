@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::copies::{Copies, CopySpec, DynLearner, Llm2Device, POLICY};
 use crate::error::{Result, TrainError};
 use crate::rows::{cory_rows, metric_row, repetition};
-use crate::session::{RunDir, Start, checkpoint_due, stop_requested};
+use crate::session::{RunDir, Start, StopToken, checkpoint_due};
 use crate::settings::RunSettings;
 use crate::streams::{DataOrder, mix, stream};
 use crate::task::{Stage, Task};
@@ -59,6 +59,8 @@ pub struct Trainer<'a, T: Task> {
     /// The data-parallel group this process or thread is a rank of
     /// ([`lmrl_rl::SingleProcess`] for a run on one device).
     pub collective: &'a dyn Collective,
+    /// Asks the run to stop after the current iteration, with a checkpoint.
+    pub stop: &'a StopToken,
 }
 
 /// Seconds spent in each phase of one iteration.
@@ -185,7 +187,7 @@ impl<T: Task> Trainer<'_, T> {
         // A signal to any rank while the model loaded or the base model was evaluated: the
         // work since the last checkpoint (none, or the one resumed from) is not worth an
         // iteration.
-        if crate::parallel::any_rank(self.collective, stop_requested())? {
+        if crate::parallel::any_rank(self.collective, self.stop.is_requested())? {
             if let Some(dir) = dir {
                 let kept = match first {
                     0 => "nothing was trained".to_string(),
@@ -254,7 +256,8 @@ impl<T: Task> Trainer<'_, T> {
             }
             let done = it + 1;
             // A signal to any rank stops every rank after the same iteration.
-            let mut stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+            let mut stopping =
+                crate::parallel::any_rank(self.collective, self.stop.is_requested())?;
             // `due` is the same on every rank (`stopping` is), so every rank asks again below.
             let due = checkpoint_due(done, self.run.checkpoint_every, total, stopping);
             if due && let Some(dir) = dir {
@@ -263,7 +266,7 @@ impl<T: Task> Trainer<'_, T> {
             if due && !stopping {
                 // A signal that arrived during the save stops the run right after it: the
                 // checkpoint just written holds all the work, none is redone.
-                stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+                stopping = crate::parallel::any_rank(self.collective, self.stop.is_requested())?;
             }
             let Some(dir) = dir else {
                 if stopping {
