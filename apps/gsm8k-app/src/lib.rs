@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{ArgMatches, FromArgMatches};
+use lmrl_train::StopToken;
 
 use crate::cli::{Cli, Command, TrainArgs};
 use crate::config::Gsm8kConfig;
@@ -38,5 +39,18 @@ pub fn train(matches: &ArgMatches, args: &TrainArgs) -> Result<ExitCode> {
         Gsm8kConfig,
         lmrl_models::AutoLm,
         _,
-    >("gsm8k-app", matches, &args.run, GsmTask::build)?)
+    >(
+        "gsm8k-app",
+        matches,
+        &args.run,
+        &stop_on_signals()?,
+        GsmTask::build,
+    )?)
+}
+
+/// The run's stop token, connected to SIGINT, SIGTERM and SIGHUP: the first signal finishes
+/// the iteration with a checkpoint, a second exits at once with status 130 (the last complete
+/// checkpoint is intact). A run that could not keep that promise is not started.
+pub fn stop_on_signals() -> Result<StopToken> {
+    Ok(lmrl_train::stop_on_signals(|| std::process::exit(130))?)
 }

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{ArgMatches, FromArgMatches};
+use lmrl_train::StopToken;
 
 use crate::cli::{Cli, Command, TrainArgs};
 use crate::config::ImdbConfig;
@@ -42,5 +43,18 @@ pub fn train(matches: &ArgMatches, args: &TrainArgs) -> Result<ExitCode> {
         ImdbConfig,
         lmrl_models::AutoLm,
         _,
-    >("imdb-app", matches, &args.run, ImdbTask::build)?)
+    >(
+        "imdb-app",
+        matches,
+        &args.run,
+        &stop_on_signals()?,
+        ImdbTask::build,
+    )?)
+}
+
+/// The run's stop token, connected to SIGINT, SIGTERM and SIGHUP: the first signal finishes
+/// the iteration with a checkpoint, a second exits at once with status 130 (the last complete
+/// checkpoint is intact). A run that could not keep that promise is not started.
+pub fn stop_on_signals() -> Result<StopToken> {
+    Ok(lmrl_train::stop_on_signals(|| std::process::exit(130))?)
 }

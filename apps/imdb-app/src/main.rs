@@ -3,7 +3,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    lmrl_models::retain_freed_memory();
+    // Heap settings before any thread allocates; the environment chooses them (README).
+    if let Err(e) = lmrl_train::init_process() {
+        eprintln!("error: {}", lmrl_train::chain(&e));
+        return ExitCode::from(2);
+    }
     let matches = imdb_app::cli::command().get_matches();
     match imdb_app::run(&matches) {
         Ok(code) => code,

@@ -121,7 +121,7 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs/sweep"));
     std::fs::create_dir_all(&root)?;
-    lmrl_train::install_signal_handler();
+    let stop = crate::stop_on_signals()?;
     let mut points = Vec::new();
     let mut curves: [Vec<CurveGroup>; 3] = Default::default();
     let mut csv = String::from("algo,init_kl_coef,seeds,reward_mean,reward_std,kl_mean,kl_std\n");
@@ -151,6 +151,7 @@ pub fn run(matches: &ArgMatches, args: &SweepArgs) -> Result<ExitCode> {
                         "imdb-app sweep",
                         &resolved,
                         &run_args,
+                        &stop,
                         ImdbTask::build,
                     )? {
                         Outcome::Finished => {}

@@ -130,7 +130,11 @@ struct GenerateArgs {
 }
 
 fn main() -> ExitCode {
-    lmrl_models::retain_freed_memory();
+    // Heap settings before any thread allocates; the environment chooses them (README).
+    if let Err(e) = lmrl_train::init_process() {
+        eprintln!("error: {}", lmrl_train::chain(&e));
+        return ExitCode::from(2);
+    }
     let matches = lmrl_train::checked_integers(Cli::command()).get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -68,6 +68,9 @@ pub enum ModelError {
     Input(String),
     #[error("tokenizer {path}: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
+    /// A heap setting ([`crate::HostMemory::parse`]) that cannot be read.
+    #[error("host memory setting {spec:?}: {reason}")]
+    HostMemory { spec: String, reason: String },
 }
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -1,12 +1,15 @@
-//! Writing checkpoint files past the page cache.
+//! Writing checkpoint files, through the page cache or past it.
 //!
-//! Why: a checkpoint is gigabytes (a CORY run on SmolLM2-135M writes 3.2 GB: two copies'
-//! weights and Adam moments) that this process writes once and does not read back. Through the
-//! page cache the kernel first finds a fresh page for every 4 KiB of it, zeroes it and copies
-//! into it; on a virtual machine whose freed memory is handed back to the host, finding those
-//! pages is itself the cost. Measured on a 2-core VM: a buffered 3.4 GB write at 404 MB/s, the
-//! same with `O_DIRECT` at 1.9 GB/s; a SmolLM2-135M `model.safetensors` (538 MB) in 0.28 s
-//! instead of 1.5 s (docs/benchmarks.md, "Checkpoints past the page cache").
+//! Past it ([`WriteMode::Direct`]), because a checkpoint is gigabytes (a CORY run on
+//! SmolLM2-135M writes 3.2 GB: two copies' weights and Adam moments) that this process writes
+//! once and does not read back. Through the page cache the kernel first finds a fresh page for
+//! every 4 KiB of it, zeroes it and copies into it; on a virtual machine whose freed memory is
+//! handed back to the host, finding those pages is itself the cost. Measured on a 2-core VM: a
+//! buffered 3.4 GB write at 404 MB/s, the same with `O_DIRECT` at 1.9 GB/s; a SmolLM2-135M
+//! `model.safetensors` (538 MB) in 0.28 s instead of 1.5 s (docs/benchmarks.md, "Checkpoints
+//! past the page cache"). Elsewhere (a host that keeps its page cache warm, a file system that
+//! emulates `O_DIRECT` slowly) ordinary writes are as fast, so the program chooses
+//! ([`set_write_mode`]); the default is ordinary buffered writes.
 //!
 //! Linux's `O_DIRECT` moves the bytes from the process to the device, provided the buffer
 //! address, the length and the file offset are multiples of the device's logical block. So the
@@ -17,8 +20,37 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{ModelError, Result};
+
+/// How this process writes model and checkpoint files ([`set_write_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Ordinary writes through the page cache.
+    #[default]
+    Buffered,
+    /// `O_DIRECT` where the file system accepts it (Linux), else buffered.
+    Direct,
+}
+
+/// Whether files are written with [`WriteMode::Direct`]: one setting for the process, since
+/// the saves that use it are spread over several crates' APIs.
+static DIRECT: AtomicBool = AtomicBool::new(false);
+
+/// Chooses how every later model and checkpoint file of this process is written. The default
+/// is [`WriteMode::Buffered`]; the file's bytes are the same either way.
+pub fn set_write_mode(mode: WriteMode) {
+    DIRECT.store(mode == WriteMode::Direct, Ordering::Relaxed);
+}
+
+/// The mode [`set_write_mode`] chose.
+pub fn write_mode() -> WriteMode {
+    match DIRECT.load(Ordering::Relaxed) {
+        true => WriteMode::Direct,
+        false => WriteMode::Buffered,
+    }
+}
 
 /// The alignment `O_DIRECT` asks of buffers, lengths and offsets: Linux wants the device's
 /// logical block (512 B or 4 KiB), so 4 KiB serves both.
@@ -59,13 +91,13 @@ enum Fault {
 }
 
 impl FileWriter {
-    /// Creates (or truncates) `path`.
+    /// Creates (or truncates) `path`, written as [`write_mode`] says.
     pub(crate) fn create(path: &Path) -> Result<Self> {
-        Self::with_stage(path, STAGE_BLOCKS)
+        Self::with_stage(path, STAGE_BLOCKS, write_mode())
     }
 
-    fn with_stage(path: &Path, blocks: usize) -> Result<Self> {
-        let (file, direct) = open(path).map_err(|source| write_err(path, source))?;
+    fn with_stage(path: &Path, blocks: usize, mode: WriteMode) -> Result<Self> {
+        let (file, direct) = open(path, mode).map_err(|source| write_err(path, source))?;
         Ok(Self {
             file,
             path: path.to_path_buf(),
@@ -178,12 +210,16 @@ fn is_invalid_argument(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::InvalidInput
 }
 
-/// Opens `path` for writing with `O_DIRECT`, or without it where that is refused; says which.
+/// Opens `path` for writing, in `Direct` mode with `O_DIRECT` unless that is refused; says
+/// whether it has `O_DIRECT`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn open(path: &Path) -> std::io::Result<(File, bool)> {
+fn open(path: &Path, mode: WriteMode) -> std::io::Result<(File, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut options = File::options();
     options.write(true).create(true).truncate(true);
+    if mode == WriteMode::Buffered {
+        return Ok((options.open(path)?, false));
+    }
     match options.clone().custom_flags(libc::O_DIRECT).open(path) {
         Ok(file) => Ok((file, true)),
         Err(e) if is_invalid_argument(&e) => Ok((options.open(path)?, false)),
@@ -192,7 +228,7 @@ fn open(path: &Path) -> std::io::Result<(File, bool)> {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn open(path: &Path) -> std::io::Result<(File, bool)> {
+fn open(path: &Path, _mode: WriteMode) -> std::io::Result<(File, bool)> {
     Ok((File::create(path)?, false))
 }
 
@@ -229,8 +265,12 @@ mod tests {
     }
 
     fn written(dir: &Path, parts: &[Vec<u8>], stage_blocks: usize) -> Vec<u8> {
+        written_as(dir, parts, stage_blocks, WriteMode::Direct)
+    }
+
+    fn written_as(dir: &Path, parts: &[Vec<u8>], stage_blocks: usize, mode: WriteMode) -> Vec<u8> {
         let path = dir.join("out.bin");
-        let mut w = FileWriter::with_stage(&path, stage_blocks).expect("create");
+        let mut w = FileWriter::with_stage(&path, stage_blocks, mode).expect("create");
         for p in parts {
             w.write(p).expect("write");
         }
@@ -248,6 +288,30 @@ mod tests {
         let expected: Vec<u8> = parts.concat();
         assert_eq!(written(dir.path(), &parts, 2), expected);
         assert_eq!(written(dir.path(), &parts, STAGE_BLOCKS), expected);
+        let buffered = WriteMode::Buffered;
+        assert_eq!(written_as(dir.path(), &parts, 2, buffered), expected);
+    }
+
+    /// The descriptor's own flags, read back from the kernel: `O_DIRECT` exactly in `Direct`
+    /// mode on a file system that takes it (ext4 or xfs under the temporary directory; where it
+    /// is refused the writer must not claim it).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn only_the_direct_mode_opens_past_the_cache() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.bin");
+        for mode in [WriteMode::Buffered, WriteMode::Direct] {
+            let w = FileWriter::with_stage(&path, 1, mode).expect("create");
+            // SAFETY: F_GETFL on a descriptor this test owns reads its flags only.
+            let flags = unsafe { libc::fcntl(w.file.as_raw_fd(), libc::F_GETFL) };
+            assert!(flags >= 0);
+            let has_direct = flags & libc::O_DIRECT != 0;
+            assert_eq!(has_direct, w.direct, "{mode:?}");
+            if mode == WriteMode::Buffered {
+                assert!(!has_direct);
+            }
+        }
     }
 
     #[test]
@@ -289,7 +353,7 @@ mod tests {
         let data = pattern(7 * BLOCK + 123, 11);
         for (partial, first_stage_at) in [(BLOCK, 0), (BLOCK, 2 * BLOCK), (100, 4 * BLOCK)] {
             let path = dir.path().join("out.bin");
-            let mut w = FileWriter::with_stage(&path, 2).expect("create");
+            let mut w = FileWriter::with_stage(&path, 2, WriteMode::Direct).expect("create");
             // The file written through the cache, so that the injected EINVAL is the only one,
             // and the writer as if the file system had accepted O_DIRECT.
             drop_direct(&w.file).expect("clear O_DIRECT");
@@ -318,7 +382,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = pattern(3 * BLOCK + 77, 12);
         let path = dir.path().join("out.bin");
-        let mut w = FileWriter::with_stage(&path, 4).expect("create");
+        let mut w = FileWriter::with_stage(&path, 4, WriteMode::Direct).expect("create");
         drop_direct(&w.file).expect("clear O_DIRECT");
         w.direct = true;
         w.write(&data).expect("write");

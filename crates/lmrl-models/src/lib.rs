@@ -14,8 +14,9 @@
 //! - [`LmWithValueHead`]: TRL's `AutoModelForCausalLMWithValueHead`; [`apply_lora`]: LoRA
 //!   adapters; [`LmTokenizer`]: GPT-2 BPE, `tokenizer.json` and GGUF vocabularies, with the
 //!   model's EOS ids and [`ChatTemplate`] (rendered as transformers' `apply_chat_template`).
-//! - [`retain_freed_memory`]: what a CPU-backend program calls first in `main`, so that tensor
-//!   buffers are reused instead of page-faulted in anew each step.
+//! - [`HostMemory`]: heap settings a CPU-backend program may apply first in `main`, so that
+//!   tensor buffers are reused instead of page-faulted in anew each step; [`WriteMode`]: whether
+//!   checkpoint files are written past the page cache. Both are off unless the program asks.
 mod activation;
 pub mod attention;
 mod auto;
@@ -54,11 +55,12 @@ pub use cache::{KvCache, LayerKv};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{DecoderFamily, Gpt2Config, LlamaConfig, ModelConfig};
 pub use error::{ModelError, Result};
+pub use file_write::{WriteMode, set_write_mode, write_mode};
 #[cfg(feature = "flex")]
 pub use fused::simd_allowed as simd_kernels_allowed;
 pub use generation::{Generation, generate, left_pad, validate_prompts};
 pub use gpt2::{Gpt2Attention, Gpt2Block, Gpt2LmHeadModel, Gpt2Mlp};
-pub use host_memory::retain_freed_memory;
+pub use host_memory::{AppliedHostMemory, HostMemory, HugePageHeap};
 pub use layers::dense;
 pub use llama::{LlamaAttention, LlamaDecoderLayer, LlamaForCausalLm, LlamaMlp, LlamaModel};
 pub use lm::{

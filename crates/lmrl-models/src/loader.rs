@@ -199,7 +199,8 @@ impl safetensors::View for F32View<'_> {
 }
 
 /// Writes f32 tensors as a safetensors file (metadata `format: pt`, as `transformers` writes),
-/// atomically, streamed from the tensors' own bytes past the page cache.
+/// atomically, streamed from the tensors' own bytes (past the page cache in
+/// [`crate::WriteMode::Direct`]).
 pub fn write_safetensors(path: &Path, tensors: &[(String, RawTensor)]) -> Result<()> {
     let header = safetensors_header(path, tensors)?;
     let order = data_order(path, &header, tensors)?;
@@ -278,7 +279,7 @@ fn le_bytes(data: &[f32]) -> Cow<'_, [u8]> {
     }
 }
 
-/// Writes `bytes` to `path.tmp` next to `path`, past the page cache, then renames it over
+/// Writes `bytes` to `path.tmp` next to `path` ([`crate::write_mode`]), then renames it over
 /// `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_parts(path, &[bytes])

@@ -1,13 +1,23 @@
-//! `retain_freed_memory` in a process of its own (it must run before any other thread
-//! allocates): a large buffer allocated afterwards lies in heap address space marked for
-//! transparent huge pages exactly when the kernel gives them only on request.
+//! `HostMemory::apply` with freed memory kept and huge pages asked for, in a process of its
+//! own (it must run before any other thread allocates): a large buffer allocated afterwards
+//! lies in heap address space marked for transparent huge pages exactly when the kernel gives
+//! them only on request. `host_memory_untouched` checks the other side: without the call the
+//! allocator keeps its own behaviour.
+use lmrl_models::{HostMemory, HugePageHeap};
+
+mod maps;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+use maps::{heap_ranges, range_of};
+
+const SETTINGS: HostMemory = HostMemory {
+    retain_freed: true,
+    huge_pages: HugePageHeap::HalfOfLimit,
+};
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn main() {
-    assert!(
-        lmrl_models::retain_freed_memory(),
-        "glibc refused the heap settings"
-    );
+    let applied = SETTINGS.apply();
+    assert!(applied.retained, "glibc refused the heap settings");
     // Larger than what glibc keeps at the heap's top after a trim (`M_TOP_PAD`, 64 MiB).
     let buffer = vec![1u8; 256 << 20];
     // The heap's first huge page may be only partly inside the reservation (left unmarked):
@@ -18,6 +28,7 @@ fn main() {
     let on_request = read("/sys/kernel/mm/transparent_hugepage/enabled").contains("[madvise]")
         && read("/proc/sys/vm/overcommit_memory").trim() != "2";
     let marked = flags.split_whitespace().any(|f| f == "hg");
+    assert_eq!(applied.huge_page_bytes > 0, on_request, "{applied:?}");
     assert_eq!(
         marked, on_request,
         "buffer ending at {address:#x}: VmFlags `{flags}`, THP on request only: {on_request}"
@@ -35,7 +46,7 @@ fn main() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn main() {
-    assert!(!lmrl_models::retain_freed_memory());
+    assert!(!SETTINGS.apply().retained);
 }
 
 /// The `VmFlags` line of the `/proc/self/smaps` entry holding `address`.
@@ -51,26 +62,4 @@ fn vm_flags_of(address: usize) -> Option<String> {
         }
     }
     None
-}
-
-/// The address ranges of the `[heap]` mappings in `/proc/self/maps` (marking part of the
-/// heap splits it into several).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn heap_ranges() -> Vec<(usize, usize)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    maps.lines()
-        .filter(|l| l.ends_with("[heap]"))
-        .filter_map(range_of)
-        .collect()
-}
-
-/// `lo-hi` at the start of a maps/smaps mapping line.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn range_of(line: &str) -> Option<(usize, usize)> {
-    let (range, _) = line.split_once(' ')?;
-    let (lo, hi) = range.split_once('-')?;
-    Some((
-        usize::from_str_radix(lo, 16).ok()?,
-        usize::from_str_radix(hi, 16).ok()?,
-    ))
 }

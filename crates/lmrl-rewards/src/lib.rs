@@ -19,8 +19,9 @@
 //!
 //! Without the `distilbert` feature the crate depends on neither burn nor lmrl-models.
 //!
-//! Assets (weights, lexicons) are never bundled: they are loaded from a path, by default under
-//! `~/.cache/lmrl/` (see [`default_asset_dir`]).
+//! Assets (weights, lexicons) are never bundled: they are loaded from a path, by default from
+//! the asset cache of `lmrl-data` (`$LMRL_CACHE`, else `$XDG_CACHE_HOME/lmrl`, else
+//! `~/.cache/lmrl`; see [`default_asset_dir`]).
 mod error;
 mod gsm8k;
 mod hash;

@@ -1,5 +1,6 @@
 //! The reward interface shared by every scorer: [`Reward`] over per-sample [`Sample`]s, and
 //! [`TextScorer`] for the sentiment models that only need the text.
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::RewardError;
@@ -124,17 +125,62 @@ impl<T: TextScorer + ?Sized> TextScorer for Box<T> {
     }
 }
 
-/// The default directory of a cached asset: `$HOME/.cache/lmrl/<name>`.
+/// The default directory of a cached asset: `<cache>/<name>`, where `<cache>` is the asset
+/// cache's ([`lmrl_data::AssetCache::default_dir`]: `$LMRL_CACHE`, else
+/// `$XDG_CACHE_HOME/lmrl`, else `$HOME/.cache/lmrl`).
 ///
-/// Returns `None` when `HOME` is unset. Loaders also accept explicit paths (and the textcat
+/// Returns `None` when none of those is set. Loaders also accept explicit paths (and the textcat
 /// loader honours `LMRL_TEXTCAT_DIR`), so this is only the fallback.
 pub fn default_asset_dir(name: &str) -> Option<PathBuf> {
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("lmrl").join(name))
+    asset_dir_from(name, &|k| std::env::var_os(k))
+}
+
+/// [`default_asset_dir`] with the environment read through `lookup`.
+fn asset_dir_from(name: &str, lookup: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    lmrl_data::AssetCache::default_dir_from(lookup)
+        .ok()
+        .map(|d| d.join(name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rewards look for their assets where the asset cache puts them, under each of its
+    /// directory rules (the two used to disagree: rewards ignored `LMRL_CACHE`).
+    #[test]
+    fn assets_are_found_where_the_cache_puts_them() {
+        // Each environment as the variables it sets, `NAME=value`.
+        let env = |set: &'static [&'static str]| {
+            move |k: &str| {
+                set.iter()
+                    .filter_map(|kv| kv.split_once('='))
+                    .find_map(|(n, v)| (n == k).then(|| OsString::from(v)))
+            }
+        };
+        let cache = env(&["LMRL_CACHE=/c", "HOME=/h"]);
+        assert_eq!(
+            asset_dir_from("vader", &cache),
+            Some(PathBuf::from("/c/vader"))
+        );
+        let xdg = env(&["XDG_CACHE_HOME=/x", "HOME=/h"]);
+        assert_eq!(
+            asset_dir_from("imdb-textcat", &xdg),
+            Some(PathBuf::from("/x/lmrl/imdb-textcat"))
+        );
+        let home = env(&["LMRL_CACHE=", "HOME=/h"]);
+        assert_eq!(
+            asset_dir_from("vader", &home),
+            Some(PathBuf::from("/h/.cache/lmrl/vader"))
+        );
+        assert_eq!(asset_dir_from("vader", &env(&[])), None);
+        // The same directory as the cache's own path for the asset.
+        let dir = lmrl_data::AssetCache::default_dir_from(&cache).unwrap();
+        let from_cache = lmrl_data::AssetCache::new(dir)
+            .cache_path("imdb-textcat")
+            .unwrap();
+        assert_eq!(asset_dir_from("imdb-textcat", &cache), Some(from_cache));
+    }
 
     /// Scores a text by its length, so the test can see which text each sample was scored on.
     struct Len;

@@ -74,7 +74,8 @@ impl TextCat {
     /// Environment variable that overrides the asset directory.
     pub const ENV_DIR: &'static str = "LMRL_TEXTCAT_DIR";
 
-    /// The asset directory: `$LMRL_TEXTCAT_DIR`, else `~/.cache/lmrl/imdb-textcat`.
+    /// The asset directory: `$LMRL_TEXTCAT_DIR`, else `imdb-textcat` in the asset cache
+    /// ([`default_asset_dir`]).
     pub fn default_dir() -> Option<PathBuf> {
         std::env::var_os(Self::ENV_DIR)
             .map(PathBuf::from)
@@ -86,7 +87,7 @@ impl TextCat {
         let dir = Self::default_dir().ok_or_else(|| RewardError::MissingAsset {
             what: "imdb-textcat".into(),
             path: PathBuf::from("~/.cache/lmrl/imdb-textcat"),
-            hint: format!("set {} or HOME", Self::ENV_DIR),
+            hint: format!("set {}, LMRL_CACHE or HOME", Self::ENV_DIR),
         })?;
         Self::load(&dir)
     }

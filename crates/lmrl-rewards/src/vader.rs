@@ -253,7 +253,8 @@ impl Vader {
         Ok(v)
     }
 
-    /// `~/.cache/lmrl/vader/vader_lexicon.txt` (override with `LMRL_VADER_LEXICON`).
+    /// `vader/vader_lexicon.txt` in the asset cache ([`default_asset_dir`]; override with
+    /// `LMRL_VADER_LEXICON`).
     pub fn default_lexicon_path() -> Option<PathBuf> {
         std::env::var_os("LMRL_VADER_LEXICON")
             .map(PathBuf::from)
@@ -265,7 +266,7 @@ impl Vader {
         let p = Self::default_lexicon_path().ok_or_else(|| RewardError::MissingAsset {
             what: "vader_lexicon.txt".into(),
             path: PathBuf::from("~/.cache/lmrl/vader"),
-            hint: "set LMRL_VADER_LEXICON or HOME".into(),
+            hint: "set LMRL_VADER_LEXICON, LMRL_CACHE or HOME".into(),
         })?;
         if !p.is_file() {
             return Err(RewardError::MissingAsset {

@@ -44,8 +44,8 @@ enum Only {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // As the apps do: reuse freed tensor buffers instead of faulting them in anew.
-    lmrl_models::retain_freed_memory();
+    // As the apps do by default: reuse freed tensor buffers instead of faulting them in anew.
+    lmrl_models::HostMemory::parse("retain")?.apply();
     let args: Vec<String> = std::env::args().collect();
     let model = flag(&args, "--model").map(PathBuf::from);
     let reps: usize = flag(&args, "--reps").map_or(Ok(3), |s| s.parse())?;

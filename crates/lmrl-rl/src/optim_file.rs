@@ -1,5 +1,5 @@
 //! An optimiser record written as burn's burnpack container, streamed from the moments' own
-//! buffers past the page cache.
+//! buffers (past the page cache where the program chose `lmrl_models::WriteMode::Direct`).
 //!
 //! Why: burn writes a record either through the page cache (a SmolLM2-135M copy's 1.08 GB
 //! `optimizer.bpk` in 2.9–3.9 s on a 2-core VM, each of its pages freshly handed out) or into

@@ -31,8 +31,8 @@ use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, Prompt, RlooConfig};
 use lmrl_train::{
     Algo, Config, LearnerAlgo, LearnerSettings, LoadModel, ModelInfo, ModelIoError, RunArgs,
-    RunSettings, Section, TaskEnv, TaskError, TrainConfig, TrainError, TrainModel, app_sections,
-    load_record, save_record, setting, validate_learners,
+    RunSettings, Section, StopToken, TaskEnv, TaskError, TrainConfig, TrainError, TrainModel,
+    app_sections, load_record, save_record, setting, validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -407,8 +407,9 @@ struct Cli {
     run: RunArgs,
 }
 
-/// The app on the command line `args` (program name first).
-pub fn run<I, T>(args: I) -> Result<ExitCode, TrainError>
+/// The app on the command line `args` (program name first); `stop` ends the run after an
+/// iteration, with a checkpoint.
+pub fn run<I, T>(args: I, stop: &StopToken) -> Result<ExitCode, TrainError>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -426,13 +427,17 @@ where
         "own_model_app",
         &matches,
         &cli.run,
+        stop,
         ToneTask::build,
     )
 }
 
 #[allow(dead_code)]
 fn main() -> ExitCode {
-    match run(std::env::args_os()) {
+    // The program, not the library, decides what a signal does: the first stops the run after
+    // its iteration with a checkpoint, a second exits at once.
+    let stopped = lmrl_train::stop_on_signals(|| std::process::exit(130));
+    match stopped.and_then(|stop| run(std::env::args_os(), &stop)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", lmrl_train::chain(&e));

@@ -23,7 +23,7 @@ use crate::device::select_device;
 use crate::error::{Result, TaskError, TrainError, chain};
 use crate::model::{LoadModel, ModelInfo};
 use crate::parallel::{RankContext, open_run_dir, run_ranks};
-use crate::session::{RunDir, install_signal_handler};
+use crate::session::{RunDir, StopToken};
 use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
 use crate::task::Task;
 use crate::trainer::{Outcome, Trainer};
@@ -62,14 +62,16 @@ pub struct TaskEnv<'a> {
 
 /// Runs the `train` command of app `app` (its name in hints): `matches` are those of the
 /// (sub)command that flattens `C` and [`RunArgs`]. Settings that cannot be resolved are
-/// printed and give exit code 2, as a bad flag does; a finished run gives 0, one stopped by a
-/// signal 130. `build` makes the task from the resolved settings (once per data-parallel
-/// rank, [`crate::parallel`]). `M` is the model type (`AutoLm` for Hugging Face and GGUF
-/// checkpoints, or one's own [`LoadModel`]).
+/// printed and give exit code 2, as a bad flag does; a finished run gives 0, one stopped
+/// through `stop` 130. `build` makes the task from the resolved settings (once per
+/// data-parallel rank, [`crate::parallel`]). The caller owns `stop` (an app connects it to the
+/// termination signals with [`crate::install_stop_handler`]). `M` is the model type (`AutoLm`
+/// for Hugging Face and GGUF checkpoints, or one's own [`LoadModel`]).
 pub fn train_command<C, M, T>(
     app: &str,
     matches: &ArgMatches,
     args: &RunArgs,
+    stop: &StopToken,
     build: impl Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError> + Sync,
 ) -> Result<ExitCode>
 where
@@ -87,9 +89,8 @@ where
             return Ok(ExitCode::from(2));
         }
     };
-    install_signal_handler();
     Ok(
-        match train_resolved::<C, M, T>(app, &resolved, args, build)? {
+        match train_resolved::<C, M, T>(app, &resolved, args, stop, build)? {
             Outcome::Finished => ExitCode::SUCCESS,
             Outcome::Stopped => ExitCode::from(130),
         },
@@ -98,11 +99,12 @@ where
 
 /// Trains the resolved run `resolved` (what [`train_command`] does after resolving; a sweep
 /// calls it once per run) on every rank the device flag and the environment ask for
-/// ([`crate::parallel`]). The caller installs the signal handler.
+/// ([`crate::parallel`]); `stop` stops it after an iteration, with a checkpoint.
 pub fn train_resolved<C, M, T>(
     app: &str,
     resolved: &Resolved<C>,
     args: &RunArgs,
+    stop: &StopToken,
     build: impl Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError> + Sync,
 ) -> Result<Outcome>
 where
@@ -111,7 +113,7 @@ where
     T: Task<M>,
 {
     run_ranks(args.device.as_deref(), |rank| {
-        train_rank::<C, M, T>(app, resolved, args, &build, rank)
+        train_rank::<C, M, T>(app, resolved, args, stop, &build, rank)
     })
 }
 
@@ -120,6 +122,7 @@ fn train_rank<C, M, T>(
     app: &str,
     resolved: &Resolved<C>,
     args: &RunArgs,
+    stop: &StopToken,
     build: &dyn Fn(&C, &TaskEnv<'_>) -> std::result::Result<T, TaskError>,
     rank: RankContext,
 ) -> Result<Outcome>
@@ -186,6 +189,7 @@ where
         llm2_device: llm2_device.as_ref(),
         app,
         collective,
+        stop,
     };
     trainer.train_rank(dir.as_ref(), start, base)
 }

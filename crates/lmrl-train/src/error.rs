@@ -100,6 +100,17 @@ pub enum TrainError {
         #[source]
         source: std::io::Error,
     },
+    /// The stop-signal handler could not be installed (the program has one already, or the
+    /// system refused).
+    #[error("cannot handle stop signals (SIGINT, SIGTERM, SIGHUP): {reason}")]
+    StopHandler { reason: String },
+    /// An environment variable with a value that cannot be used.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    Environment {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
     #[error(transparent)]
     Rl(#[from] lmrl_rl::RlError),
     #[error(transparent)]

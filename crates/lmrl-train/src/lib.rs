@@ -4,10 +4,11 @@
 //! (`lmrl_rewards::Reward`), CORY's observer template and the sampler settings; the loop
 //! ([`Trainer`]) does the rest the same way for every task: PPO, GRPO, RLOO or CORY's two
 //! copies over any of them ([`Copies`]), per-iteration random streams, metrics, sample logs,
-//! plots, checkpoints, exact resume, SIGINT/SIGTERM/SIGHUP handling and a lock per run
-//! directory. Settings are declared once, as config structs that are both `config.toml`
-//! sections and clap flags ([`Config`], [`resolve`]). An app is a task plus a thin `main`
-//! ([`train_command`]); [`select_device`] is the one place that picks the device.
+//! plots, checkpoints, exact resume, a stop with a checkpoint through the caller's
+//! [`StopToken`] and a lock per run directory. Settings are declared once, as config structs
+//! that are both `config.toml` sections and clap flags ([`Config`], [`resolve`]). An app is a
+//! task plus a thin `main` ([`train_command`]); [`select_device`] is the one place that picks
+//! the device.
 //!
 //! The loop is generic over the model: any `lmrl_models::CausalLm` that can be written into a
 //! checkpoint and read back ([`TrainModel`]; [`save_record`]/[`load_record`] do it in burn's
@@ -16,6 +17,11 @@
 //! implementor; `examples/own_model_app.rs` is an app with a model, reward and task of its own.
 //! The algorithms are listed once, in `algorithms.rs` ([`Algo`], [`LearnerAlgo`]): each one's
 //! section, flags, batch shape, checks and how its learner is built.
+//!
+//! Nothing process-wide happens unless the program asks: [`init_process`] (heap settings,
+//! checkpoint write mode and a stderr logger, from the environment) and [`stop_on_signals`] /
+//! [`install_stop_handler`] (SIGINT, SIGTERM, SIGHUP to a [`StopToken`]) are what the apps
+//! call.
 mod algorithms;
 mod app;
 mod assets;
@@ -27,6 +33,7 @@ mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod parallel;
+mod process;
 mod rows;
 mod sections;
 mod session;
@@ -48,10 +55,14 @@ pub use model::{
     LoadModel, ModelInfo, ModelIoError, RECORD_FILE, TrainModel, load_record, lora_targets,
     save_record,
 };
+pub use process::{
+    DEFAULT_HOST_MEMORY, HOST_MEMORY_VAR, LOG_VAR, ProcessSettings, WRITE_MODE_VAR, init_logger,
+    init_process,
+};
 pub use rows::{cory_rows, metric_row};
 pub use sections::{Section, section, section_prefixed};
 pub use session::{
-    LOCK_FILE, RunDir, Start, checkpoint_due, install_signal_handler, stop_requested,
+    LOCK_FILE, RunDir, Start, StopToken, checkpoint_due, install_stop_handler, stop_on_signals,
 };
 pub use settings::{
     CONFIG_FILE, Config, MAX_INTEGER_SETTING, RESUMABLE, Resolved, RunArgs, RunSettings,

@@ -11,8 +11,9 @@
 //!   `checkpoints/unusable-iter-NNNNNN`); a run that stopped before its first checkpoint is
 //!   started again in place, with a message, instead of being stranded — with `--out` as with
 //!   `--resume`.
-//! - The first SIGINT, SIGTERM or SIGHUP asks the loop to stop after the current iteration,
-//!   with a checkpoint; a second one exits at once (the last complete checkpoint is intact).
+//! - A [`StopToken`] the caller owns asks the loop to stop after the current iteration, with a
+//!   checkpoint. An app connects it to SIGINT, SIGTERM and SIGHUP with
+//!   [`install_stop_handler`]; the library installs no handler of its own.
 //!
 //! Opening is in two steps so that a run whose inputs are wrong creates nothing, while a busy
 //! or finished directory is still refused before any model is loaded: [`RunDir::claim`]
@@ -22,6 +23,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lmrl_runs::{CheckpointDir, TrainState};
@@ -34,28 +36,70 @@ use crate::error::{Result, TrainError};
 /// Lock file of a run directory.
 pub const LOCK_FILE: &str = ".lock";
 
-/// Set by the first termination signal.
-static STOP: AtomicBool = AtomicBool::new(false);
+/// Asks a training run to stop after its current iteration, with a checkpoint. Clones share
+/// one request: the caller keeps one (to request from a signal handler, a timer, a UI) and
+/// hands another to the loop ([`crate::train_command`]).
+#[derive(Debug, Clone, Default)]
+pub struct StopToken(Arc<AtomicBool>);
 
-/// Installs the handler of SIGINT, SIGTERM and SIGHUP (Slurm, Kubernetes, systemd,
-/// `docker stop` and `timeout` send SIGTERM first): the first asks the loop to stop after the
-/// current iteration with a checkpoint, the second exits with status 130 at once.
-pub fn install_signal_handler() {
-    // A second call (a sweep runs several trainings) fails harmlessly: the handler is there.
-    let _ = ctrlc::set_handler(|| {
-        if STOP.swap(true, Ordering::SeqCst) {
-            eprintln!("\nsecond stop signal: exiting now; the last complete checkpoint is intact");
-            std::process::exit(130);
-        }
-        eprintln!(
-            "\nstop signal: finishing this iteration, then checkpointing (send it again to quit now)"
-        );
-    });
+impl StopToken {
+    /// A token nothing has requested yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the run to stop after the current iteration.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was requested.
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
-/// Whether a signal asked the run to stop after the current iteration.
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
+/// Installs the process's handler of SIGINT, SIGTERM and SIGHUP (Slurm, Kubernetes, systemd,
+/// `docker stop` and `timeout` send SIGTERM first): each signal requests a stop on `token`,
+/// then calls `on_signal` with the number of signals received so far (1 for the first), so the
+/// app decides what it says and what a repeated signal does.
+///
+/// A process has one such handler: this fails, and nothing is installed, when the program
+/// (or an earlier call) already has one; the caller then decides whether a run that cannot
+/// be stopped with a checkpoint may go on.
+pub fn install_stop_handler(
+    token: &StopToken,
+    mut on_signal: impl FnMut(u32) + Send + 'static,
+) -> Result<()> {
+    let token = token.clone();
+    let mut received = 0u32;
+    ctrlc::set_handler(move || {
+        received = received.saturating_add(1);
+        token.request();
+        on_signal(received);
+    })
+    .map_err(|e| TrainError::StopHandler {
+        reason: e.to_string(),
+    })
+}
+
+/// A token connected to the termination signals ([`install_stop_handler`]) the way the apps
+/// promise: the first signal says that the run finishes its iteration and checkpoints; a
+/// repeated one says that it exits now and calls `exit_now`, which should end the process (the
+/// last complete checkpoint is intact; the library itself never exits the process).
+pub fn stop_on_signals(exit_now: fn()) -> Result<StopToken> {
+    let stop = StopToken::new();
+    install_stop_handler(&stop, move |n| {
+        if n == 1 {
+            eprintln!(
+                "\nstop signal: finishing this iteration, then checkpointing (send it again to quit now)"
+            );
+        } else {
+            eprintln!("\nsecond stop signal: exiting now; the last complete checkpoint is intact");
+            exit_now();
+        }
+    })?;
+    Ok(stop)
 }
 
 /// Where a run starts.
@@ -387,7 +431,7 @@ where
 }
 
 /// Whether iteration `done` (counted from 1) of `total` ends with a checkpoint: every `every`
-/// iterations, after the last, and when a signal asked to stop.
+/// iterations, after the last, and when a stop was requested.
 pub fn checkpoint_due(done: usize, every: usize, total: usize, stopping: bool) -> bool {
     done.is_multiple_of(every) || done == total || stopping
 }
@@ -514,6 +558,39 @@ mod tests {
         std::fs::remove_file(c.join("state.toml")).unwrap();
         let e = RunDir::open(all.path(), true, (&algo(), 0)).unwrap_err();
         assert!(chain(&e).contains("state.toml"), "{}", chain(&e));
+    }
+
+    #[test]
+    fn clones_of_a_token_share_one_request() {
+        let caller = StopToken::new();
+        let loop_side = caller.clone();
+        assert!(!loop_side.is_requested());
+        caller.request();
+        assert!(loop_side.is_requested() && caller.is_requested());
+        // A separate token is a separate run's.
+        assert!(!StopToken::new().is_requested());
+    }
+
+    /// The handler is installed only when asked, requests a stop on the caller's token and
+    /// reports the count of signals; a second handler is refused with an error instead of
+    /// being dropped silently. (The only test of this binary that installs one.)
+    #[test]
+    fn the_stop_handler_requests_on_the_callers_token() {
+        let token = StopToken::new();
+        let (tx, rx) = std::sync::mpsc::channel();
+        install_stop_handler(&token, move |n| tx.send(n).unwrap_or(())).unwrap();
+        assert!(!token.is_requested());
+        let pid = std::process::id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let first = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(first, Ok(1));
+        assert!(token.is_requested());
+        let e = install_stop_handler(&StopToken::new(), |_| {}).unwrap_err();
+        assert!(e.to_string().contains("cannot handle stop signals"), "{e}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::copies::{Copies, CopySpec, Llm2Device, POLICY};
 use crate::error::{Result, TrainError};
 use crate::model::TrainModel;
 use crate::rows::{cory_rows, metric_row, repetition};
-use crate::session::{RunDir, Start, checkpoint_due, stop_requested};
+use crate::session::{RunDir, Start, StopToken, checkpoint_due};
 use crate::settings::RunSettings;
 use crate::streams::{DataOrder, mix, stream};
 use crate::task::{Stage, Task};
@@ -60,6 +60,8 @@ pub struct Trainer<'a, M: TrainModel, T: Task<M>> {
     /// The data-parallel group this process or thread is a rank of
     /// ([`lmrl_rl::SingleProcess`] for a run on one device).
     pub collective: &'a dyn Collective,
+    /// Asks the run to stop after the current iteration, with a checkpoint.
+    pub stop: &'a StopToken,
 }
 
 /// The run's logs (rank 0): one row per copy and iteration, and the sampled texts.
@@ -170,7 +172,7 @@ impl<M: TrainModel, T: Task<M>> Trainer<'_, M, T> {
         // A signal to any rank while the model loaded or the base model was evaluated: the
         // work since the last checkpoint (none, or the one resumed from) is not worth an
         // iteration.
-        if crate::parallel::any_rank(self.collective, stop_requested())? {
+        if crate::parallel::any_rank(self.collective, self.stop.is_requested())? {
             self.report_stop_before(dir, first);
             return Ok(Outcome::Stopped);
         }
@@ -304,7 +306,7 @@ impl<M: TrainModel, T: Task<M>> Trainer<'_, M, T> {
         done: usize,
     ) -> Result<bool> {
         let total = self.run.iterations;
-        let mut stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+        let mut stopping = crate::parallel::any_rank(self.collective, self.stop.is_requested())?;
         // `due` is the same on every rank (`stopping` is), so every rank asks again below.
         let due = checkpoint_due(done, self.run.checkpoint_every, total, stopping);
         if due && let Some(dir) = dir {
@@ -313,7 +315,7 @@ impl<M: TrainModel, T: Task<M>> Trainer<'_, M, T> {
         if due && !stopping {
             // A signal that arrived during the save stops the run right after it: the
             // checkpoint just written holds all the work, none is redone.
-            stopping = crate::parallel::any_rank(self.collective, stop_requested())?;
+            stopping = crate::parallel::any_rank(self.collective, self.stop.is_requested())?;
         }
         if let Some(dir) = dir
             && stopping

@@ -15,7 +15,7 @@ fn run(args: &[&str]) -> ExitCode {
     let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut all = vec!["own_model_app"];
     all.extend_from_slice(args);
-    own_model_app::run(all).expect("the app runs")
+    own_model_app::run(all, &lmrl_train::StopToken::new()).expect("the app runs")
 }
 
 fn succeeded(code: ExitCode) -> bool {
@@ -108,13 +108,16 @@ fn cory_on_the_own_model_writes_both_copies() {
 fn a_model_the_app_cannot_build_is_refused_before_a_run_directory_is_made() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("none");
-    let e = own_model_app::run([
-        "own_model_app",
-        "--model",
-        "gpt2",
-        "--out",
-        out.to_str().unwrap(),
-    ])
+    let e = own_model_app::run(
+        [
+            "own_model_app",
+            "--model",
+            "gpt2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &lmrl_train::StopToken::new(),
+    )
     .unwrap_err();
     assert!(e.to_string().contains("run.model"), "{e}");
     assert!(!out.exists());

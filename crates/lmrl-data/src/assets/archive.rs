@@ -104,7 +104,7 @@ pub(super) fn extract(
                     archive: archive.to_path_buf(),
                     message: e.to_string(),
                 })?;
-                eprintln!("lmrl-data: extracting {} -> {}", f.member, f.dest);
+                log::info!("extracting {} -> {}", f.member, f.dest);
                 write_verified(
                     &mut entry,
                     &asset_dir.join(&f.dest),
@@ -138,7 +138,7 @@ pub(super) fn extract(
                     (0..files.len()).find(|&i| !done[i] && member_matches(&path, &files[i].member))
                 {
                     let f = files[i];
-                    eprintln!("lmrl-data: extracting {} -> {}", f.member, f.dest);
+                    log::info!("extracting {} -> {}", f.member, f.dest);
                     write_verified(
                         &mut entry,
                         &asset_dir.join(&f.dest),

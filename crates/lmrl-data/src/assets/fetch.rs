@@ -91,7 +91,7 @@ impl Fetcher for CommandFetcher {
                 continue;
             };
             let shown = format!("{} {}", cmd.join(" "), args.join(" "));
-            eprintln!("lmrl-data: $ {shown}");
+            log::info!("$ {shown}");
             let out = std::process::Command::new(prog)
                 .args(pre)
                 .args(&args)

@@ -1,5 +1,5 @@
 //! Fetch (or verify) named assets into the cache, e.g. in CI:
-//! `cargo run --release -p lmrl-data --bin fetch-assets -- smollm2-135m imdb-textcat`
+//! `cargo run --release -p lmrl-data --features fetch --bin fetch-assets -- smollm2-135m imdb-textcat`
 //!
 //! Usage: fetch-assets [--cache-dir DIR] [--archive-dir DIR]... [--list] [--offline] [NAME...]
 //! With no NAME, every asset is resolved. `--offline` never downloads (checks what is there).
@@ -23,7 +23,27 @@ fn dir_size(path: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Prints the cache's progress messages (`log` records) to stderr as `lmrl-data: …`.
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+        meta.level() <= log::Level::Info
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            eprintln!("lmrl-data: {}", record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn main() -> ExitCode {
+    if log::set_logger(&Stderr).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
     let mut cache_dir = None;
     let mut archive_dirs = Vec::new();
     let mut names = Vec::new();
