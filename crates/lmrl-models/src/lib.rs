@@ -78,8 +78,9 @@ pub use qwen2::Qwen2ForCausalLm;
 pub use qwen3::Qwen3ForCausalLm;
 pub use rope::{Rope, RopeScaling};
 pub use sampling::{
-    Choice, GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, apply_temperature,
-    presence_mask, process_logits, row_seed, suppress_early_eos, top_k_filter, top_p_filter,
+    Choice, DEFAULT_MAX_NEW_TOKENS, GenerationConfig, Sampling, TokenChooser,
+    apply_repetition_penalty, apply_temperature, presence_mask, process_logits, row_seed,
+    suppress_early_eos, top_k_filter, top_p_filter,
 };
 pub use scoring::{
     QueryResponseBatch, RefScored, Scored, response_hidden_and_values, response_hidden_states,
