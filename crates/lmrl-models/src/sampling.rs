@@ -152,12 +152,7 @@ impl GenerationConfig {
     /// ignores one there, which would hide the mistake).
     #[must_use]
     pub fn with_temperature(self, temperature: f32) -> Self {
-        let (top_k, top_p) = self.filters();
-        self.with_sampling(Sampling::Sample {
-            temperature,
-            top_k,
-            top_p,
-        })
+        self.sampled(|t, _, _| *t = temperature)
     }
 
     /// Samples from the `top_k` most likely tokens only (0 = all), keeping the temperature and
@@ -165,12 +160,7 @@ impl GenerationConfig {
     /// [`GenerationConfig::with_temperature`] does.
     #[must_use]
     pub fn with_top_k(self, top_k: usize) -> Self {
-        let (temperature, (_, top_p)) = (self.temperature(), self.filters());
-        self.with_sampling(Sampling::Sample {
-            temperature,
-            top_k,
-            top_p,
-        })
+        self.sampled(|_, k, _| *k = top_k)
     }
 
     /// Samples from the nucleus of mass `top_p` (1.0 = all), keeping the temperature and top-k
@@ -178,12 +168,7 @@ impl GenerationConfig {
     /// does.
     #[must_use]
     pub fn with_top_p(self, top_p: f32) -> Self {
-        let (temperature, (top_k, _)) = (self.temperature(), self.filters());
-        self.with_sampling(Sampling::Sample {
-            temperature,
-            top_k,
-            top_p,
-        })
+        self.sampled(|_, _, p| *p = top_p)
     }
 
     /// CTRL repetition penalty (1.0 = off).
@@ -229,20 +214,23 @@ impl GenerationConfig {
         self
     }
 
-    /// The sampling temperature, 1.0 for greedy decoding.
-    fn temperature(&self) -> f32 {
-        match self.sampling {
-            Sampling::Greedy => 1.0,
-            Sampling::Sample { temperature, .. } => temperature,
-        }
-    }
-
-    /// `(top_k, top_p)` of the sampling, the disabled filters for greedy decoding.
-    fn filters(&self) -> (usize, f32) {
-        match self.sampling {
-            Sampling::Greedy => (0, 1.0),
-            Sampling::Sample { top_k, top_p, .. } => (top_k, top_p),
-        }
+    /// Sampling with `(temperature, top_k, top_p)` as `set` leaves them, starting from the
+    /// current ones (greedy decoding's: 1.0, no top-k, no top-p).
+    fn sampled(self, set: impl FnOnce(&mut f32, &mut usize, &mut f32)) -> Self {
+        let (mut temperature, mut top_k, mut top_p) = match self.sampling {
+            Sampling::Greedy => (1.0, 0, 1.0),
+            Sampling::Sample {
+                temperature,
+                top_k,
+                top_p,
+            } => (temperature, top_k, top_p),
+        };
+        set(&mut temperature, &mut top_k, &mut top_p);
+        self.with_sampling(Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+        })
     }
 }
 

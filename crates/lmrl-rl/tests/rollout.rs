@@ -9,7 +9,8 @@ use lmrl_models::{
 };
 use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{
-    EnvError, Learner, PpoAgent, PpoConfig, Prompt, RlError, StepStats, rollout, rollout_step,
+    EnvError, Learner, PpoAgent, PpoConfig, Prompt, RlError, ScoredBatch, StepStats, rollout,
+    rollout_step,
 };
 
 mod common;
@@ -108,21 +109,22 @@ fn decode(ids: &[u32]) -> Result<String, EnvError> {
     Ok(ids_text(ids))
 }
 
+/// [`rollout_step`] over the prompts of [`queries`] with the [`LowIds`] reward.
+fn low_ids_step<L: Learner<AutoLm>>(
+    learner: &mut L,
+    reference: &AutoLm,
+) -> lmrl_rl::Result<(ScoredBatch, StepStats)> {
+    let batch = prompts(&queries());
+    let reward = LowIds::default();
+    rollout_step(learner, &batch, &generation(), &decode, &reward, reference)
+}
+
 #[test]
 fn the_learner_steps_on_its_own_responses_and_the_rewards_scores() {
     for group in [1, 2] {
         let mut learner = recorder(group);
         let reference = learner.policy.clone();
-        let batch = prompts(&queries());
-        let (scored, _) = rollout_step(
-            &mut learner,
-            &batch,
-            &generation(),
-            &decode,
-            &LowIds::default(),
-            &reference,
-        )
-        .unwrap();
+        let (scored, _) = low_ids_step(&mut learner, &reference).unwrap();
         let generated = learner.generated.lock().unwrap().clone();
         assert_eq!(generated.len(), 1, "one generation call");
         let responses = &generated[0];
@@ -247,16 +249,7 @@ fn a_ppo_rollout_step_is_generate_score_and_the_learners_step() {
     let ad = Device::flex().autodiff();
     let reference = AutoLm::from_pretrained(&fixture_dir(), &Device::flex()).expect("reference");
     let (mut helper, mut by_hand) = (ppo_agent(&ad), ppo_agent(&ad));
-    let batch = prompts(&queries());
-    let (scored, stats) = rollout_step(
-        &mut helper,
-        &batch,
-        &generation(),
-        &decode,
-        &LowIds::default(),
-        &reference,
-    )
-    .unwrap();
+    let (scored, stats) = low_ids_step(&mut helper, &reference).unwrap();
 
     let responses = by_hand.generate(&queries(), &generation()).unwrap().tokens;
     let scores: Vec<f32> = responses.iter().map(|y| low_fraction(y)).collect();
