@@ -89,7 +89,7 @@ pub fn train(model: &Path, iterations: u64, out: &Path) -> Result<Vec<(f32, Step
             "{it:>3}: reward {:.3}  kl {:.4}  {:?}",
             batch.mean_score(),
             stats.kl,
-            batch.texts[0]
+            batch.texts.first().map_or("", String::as_str)
         );
         log.push((batch.mean_score(), stats));
     }
