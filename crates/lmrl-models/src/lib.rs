@@ -8,9 +8,11 @@
 //! - [`AutoLm`]: what the loaders return — a model read from a Hugging Face directory
 //!   (`config.json` + safetensors, sharded or not, f32/f16/bf16) or a GGUF file
 //!   ([`AutoLm::from_pretrained`]); saved back in Hugging Face format through
-//!   [`Pretrained::save_pretrained`].
-//! - [`generate`]: batched sampling with a KV cache, as HF `generate`; [`score`] /
-//!   [`score_reference`]: TRL's `batched_forward_pass` at the response tokens.
+//!   [`Pretrained::save_pretrained`], or with its tokenizer in one call
+//!   ([`Pretrained::save_pretrained_with_tokenizer`]).
+//! - [`generate`]: batched sampling with a KV cache, as HF `generate`, set by a
+//!   [`GenerationConfig`] (`GenerationConfig::for_tokenizer(&tok).with_max_new_tokens(n)`);
+//!   [`score`] / [`score_reference`]: TRL's `batched_forward_pass` at the response tokens.
 //! - [`LmWithValueHead`]: TRL's `AutoModelForCausalLMWithValueHead`; [`apply_lora`]: LoRA
 //!   adapters; [`LmTokenizer`]: GPT-2 BPE, `tokenizer.json` and GGUF vocabularies, with the
 //!   model's EOS ids and [`ChatTemplate`] (rendered as transformers' `apply_chat_template`).
@@ -80,8 +82,9 @@ pub use qwen2::Qwen2ForCausalLm;
 pub use qwen3::Qwen3ForCausalLm;
 pub use rope::{Rope, RopeScaling};
 pub use sampling::{
-    Choice, GenerationConfig, Sampling, TokenChooser, apply_repetition_penalty, apply_temperature,
-    presence_mask, process_logits, row_seed, suppress_early_eos, top_k_filter, top_p_filter,
+    Choice, DEFAULT_MAX_NEW_TOKENS, GenerationConfig, Sampling, TokenChooser,
+    apply_repetition_penalty, apply_temperature, presence_mask, process_logits, row_seed,
+    suppress_early_eos, top_k_filter, top_p_filter,
 };
 pub use scoring::{
     QueryResponseBatch, RefScored, Scored, response_hidden_and_values, response_hidden_states,

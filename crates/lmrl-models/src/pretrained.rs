@@ -4,6 +4,7 @@ use std::path::Path;
 use crate::error::{ModelError, Result};
 use crate::loader::{CONFIG_FILE, WEIGHTS_FILE, write_atomic, write_safetensors};
 use crate::tensors::RawTensor;
+use crate::tokenizer::LmTokenizer;
 
 /// A model that can be saved as a Hugging Face checkpoint that `transformers` loads.
 pub trait Pretrained {
@@ -25,5 +26,25 @@ pub trait Pretrained {
         let json = serde_json::to_string_pretty(&self.hf_config())
             .map_err(|e| ModelError::Input(format!("cannot serialise config: {e}")))?;
         write_atomic(&dir.join(CONFIG_FILE), json.as_bytes())
+    }
+
+    /// [`Pretrained::save_pretrained`] and [`LmTokenizer::save`] into one `dir`: a directory
+    /// that `transformers` (`AutoModelForCausalLM` and `AutoTokenizer`) and
+    /// [`crate::AutoLm::from_pretrained`] with [`LmTokenizer::load_for_model`] load whole, with
+    /// the ids generation stops on. A tokenizer with ids beyond the model's vocabulary is
+    /// refused before anything is written, as loading would refuse the pair.
+    fn save_pretrained_with_tokenizer(&self, tokenizer: &LmTokenizer, dir: &Path) -> Result<()> {
+        let config = self.hf_config();
+        let vocab = config.get("vocab_size").and_then(serde_json::Value::as_u64);
+        if let Some(vocab) = vocab
+            && tokenizer.vocab_size() as u64 > vocab
+        {
+            return Err(ModelError::Input(format!(
+                "the tokenizer has {} ids, the model's vocabulary only {vocab}",
+                tokenizer.vocab_size()
+            )));
+        }
+        self.save_pretrained(dir)?;
+        tokenizer.save(dir)
     }
 }

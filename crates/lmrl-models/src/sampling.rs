@@ -85,6 +85,155 @@ pub struct GenerationConfig {
     pub min_new_tokens: usize,
 }
 
+/// The settings of a PPO rollout as TRL's examples run it: pure sampling (TRL's PPO generation
+/// kwargs `top_k=0.0, top_p=1.0, do_sample=True`), at most
+/// [`DEFAULT_MAX_NEW_TOKENS`] new tokens, no repetition penalty, no EOS ids (a config knows no
+/// model: every row runs to `max_new_tokens`), padding id 0, seed 0, the batch standing alone
+/// (`first_row` 0), no stop sequences and no minimum length. [`GenerationConfig::for_tokenizer`]
+/// starts from here with the model's EOS ids and padding id, which is what HF `generate` does
+/// with the model's `generation_config`.
+impl Default for GenerationConfig {
+    fn default() -> Self {
+        Self {
+            sampling: Sampling::pure(),
+            max_new_tokens: DEFAULT_MAX_NEW_TOKENS,
+            repetition_penalty: 1.0,
+            eos_token_ids: Vec::new(),
+            pad_token_id: 0,
+            seed: 0,
+            first_row: 0,
+            stop_sequences: Vec::new(),
+            min_new_tokens: 0,
+        }
+    }
+}
+
+/// [`GenerationConfig::default`]'s length bound: the short continuations RL fine-tuning samples
+/// (TRL's IMDB script draws 4 to 16 tokens; a GSM8K answer needs more, so apps set their own).
+pub const DEFAULT_MAX_NEW_TOKENS: usize = 32;
+
+/// Builder methods, named as transformers' `GenerationConfig` fields and candle's sampler
+/// settings; each returns the changed config, so that a program writes
+/// `GenerationConfig::for_tokenizer(&tok).with_max_new_tokens(48).with_seed(step)`.
+impl GenerationConfig {
+    /// [`GenerationConfig::default`] with the ids `tokenizer` stops on
+    /// ([`crate::LmTokenizer::eos_token_ids`]: Llama 3's end-of-turn id as well as its EOS) and
+    /// its padding id: the tokenizer's own, else its EOS (TRL's GPT-2 scripts), else 0 — the
+    /// one padding rule, so that generation and the learners' batches pad alike.
+    pub fn for_tokenizer(tokenizer: &crate::LmTokenizer) -> Self {
+        Self::default()
+            .with_eos(tokenizer.eos_token_ids())
+            .with_pad(tokenizer.pad_token_id().unwrap_or(0))
+    }
+
+    /// At most `max_new_tokens` new tokens per row (EOS included).
+    #[must_use]
+    pub fn with_max_new_tokens(mut self, max_new_tokens: usize) -> Self {
+        self.max_new_tokens = max_new_tokens;
+        self
+    }
+
+    /// No EOS before `min_new_tokens` new tokens (HF `min_new_tokens`).
+    #[must_use]
+    pub fn with_min_new_tokens(mut self, min_new_tokens: usize) -> Self {
+        self.min_new_tokens = min_new_tokens;
+        self
+    }
+
+    /// How the next token is chosen ([`Sampling::Greedy`], [`Sampling::pure`], …).
+    #[must_use]
+    pub fn with_sampling(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    /// Samples at `temperature`, keeping the current top-k/top-p filters; a greedy config
+    /// becomes sampling without filters (greedy decoding has no temperature to set, and HF
+    /// ignores one there, which would hide the mistake).
+    #[must_use]
+    pub fn with_temperature(self, temperature: f32) -> Self {
+        self.sampled(|t, _, _| *t = temperature)
+    }
+
+    /// Samples from the `top_k` most likely tokens only (0 = all), keeping the temperature and
+    /// top-p filter; turns a greedy config into sampling as
+    /// [`GenerationConfig::with_temperature`] does.
+    #[must_use]
+    pub fn with_top_k(self, top_k: usize) -> Self {
+        self.sampled(|_, k, _| *k = top_k)
+    }
+
+    /// Samples from the nucleus of mass `top_p` (1.0 = all), keeping the temperature and top-k
+    /// filter; turns a greedy config into sampling as [`GenerationConfig::with_temperature`]
+    /// does.
+    #[must_use]
+    pub fn with_top_p(self, top_p: f32) -> Self {
+        self.sampled(|_, _, p| *p = top_p)
+    }
+
+    /// CTRL repetition penalty (1.0 = off).
+    #[must_use]
+    pub fn with_repetition_penalty(mut self, penalty: f32) -> Self {
+        self.repetition_penalty = penalty;
+        self
+    }
+
+    /// The ids a row stops on: one id (`Some(id)`, `[id]`), several, or none.
+    #[must_use]
+    pub fn with_eos(mut self, eos: impl IntoIterator<Item = u32>) -> Self {
+        self.eos_token_ids = eos.into_iter().collect();
+        self
+    }
+
+    /// The id that fills left padding and the tail of stopped rows.
+    #[must_use]
+    pub fn with_pad(mut self, pad_token_id: u32) -> Self {
+        self.pad_token_id = pad_token_id;
+        self
+    }
+
+    /// The seed of the sampling noise (a training loop passes its iteration, so that every
+    /// batch draws fresh samples and a resumed run draws the same ones).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The global index of the batch's first prompt ([`GenerationConfig::first_row`]).
+    #[must_use]
+    pub fn with_first_row(mut self, first_row: u64) -> Self {
+        self.first_row = first_row;
+        self
+    }
+
+    /// Token-id sequences that end a row besides EOS (HF `stop_strings`, already encoded).
+    #[must_use]
+    pub fn with_stop_sequences(mut self, stops: impl IntoIterator<Item = Vec<u32>>) -> Self {
+        self.stop_sequences = stops.into_iter().collect();
+        self
+    }
+
+    /// Sampling with `(temperature, top_k, top_p)` as `set` leaves them, starting from the
+    /// current ones (greedy decoding's: 1.0, no top-k, no top-p).
+    fn sampled(self, set: impl FnOnce(&mut f32, &mut usize, &mut f32)) -> Self {
+        let (mut temperature, mut top_k, mut top_p) = match self.sampling {
+            Sampling::Greedy => (1.0, 0, 1.0),
+            Sampling::Sample {
+                temperature,
+                top_k,
+                top_p,
+            } => (temperature, top_k, top_p),
+        };
+        set(&mut temperature, &mut top_k, &mut top_p);
+        self.with_sampling(Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+        })
+    }
+}
+
 impl GenerationConfig {
     /// Whether `generated` (a row's new tokens so far) ends with one of
     /// [`GenerationConfig::stop_sequences`].
@@ -105,17 +254,11 @@ impl GenerationConfig {
         eos: impl IntoIterator<Item = u32>,
         pad_token_id: u32,
     ) -> Self {
-        Self {
-            sampling: Sampling::Greedy,
-            max_new_tokens,
-            repetition_penalty: 1.0,
-            eos_token_ids: eos.into_iter().collect(),
-            pad_token_id,
-            seed: 0,
-            first_row: 0,
-            stop_sequences: Vec::new(),
-            min_new_tokens: 0,
-        }
+        Self::default()
+            .with_sampling(Sampling::Greedy)
+            .with_max_new_tokens(max_new_tokens)
+            .with_eos(eos)
+            .with_pad(pad_token_id)
     }
 
     /// Checks the numeric fields (HF raises on the same conditions).
@@ -381,4 +524,107 @@ pub fn presence_mask(ids: &[Vec<u32>], vocab: usize, device: &Device) -> Tensor<
         }
     }
     Tensor::from_data(TensorData::new(flags, [ids.len(), vocab]), device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DEFAULT_MAX_NEW_TOKENS, GenerationConfig, Sampling};
+    use crate::LmTokenizer;
+
+    #[test]
+    fn default_is_trls_pure_sampling_with_nothing_model_specific() {
+        let c = GenerationConfig::default();
+        assert_eq!(
+            c.sampling,
+            Sampling::Sample {
+                temperature: 1.0,
+                top_k: 0,
+                top_p: 1.0
+            }
+        );
+        assert_eq!(c.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
+        assert_eq!(c.repetition_penalty, 1.0);
+        assert!(c.eos_token_ids.is_empty() && c.stop_sequences.is_empty());
+        assert_eq!((c.pad_token_id, c.seed, c.first_row), (0, 0, 0));
+        assert_eq!(c.min_new_tokens, 0);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn builders_set_exactly_their_field() {
+        let c = GenerationConfig::default()
+            .with_max_new_tokens(7)
+            .with_min_new_tokens(2)
+            .with_repetition_penalty(1.3)
+            .with_eos(Some(5))
+            .with_pad(9)
+            .with_seed(11)
+            .with_first_row(40)
+            .with_stop_sequences([vec![1, 2], vec![3]]);
+        let by_hand = GenerationConfig {
+            sampling: Sampling::pure(),
+            max_new_tokens: 7,
+            repetition_penalty: 1.3,
+            eos_token_ids: vec![5],
+            pad_token_id: 9,
+            seed: 11,
+            first_row: 40,
+            stop_sequences: vec![vec![1, 2], vec![3]],
+            min_new_tokens: 2,
+        };
+        assert_eq!(c, by_hand);
+        assert_eq!(
+            GenerationConfig::greedy(4, [1, 2], 3),
+            GenerationConfig {
+                sampling: Sampling::Greedy,
+                max_new_tokens: 4,
+                eos_token_ids: vec![1, 2],
+                pad_token_id: 3,
+                ..GenerationConfig::default()
+            }
+        );
+    }
+
+    #[test]
+    fn sampling_settings_compose_and_leave_greedy_for_sampling() {
+        let c = GenerationConfig::default()
+            .with_top_k(50)
+            .with_temperature(0.7)
+            .with_top_p(0.9);
+        let want = Sampling::Sample {
+            temperature: 0.7,
+            top_k: 50,
+            top_p: 0.9,
+        };
+        assert_eq!(c.sampling, want);
+        let from_greedy = GenerationConfig::greedy(4, None, 0).with_temperature(0.5);
+        assert_eq!(
+            from_greedy.sampling,
+            Sampling::Sample {
+                temperature: 0.5,
+                top_k: 0,
+                top_p: 1.0
+            }
+        );
+        assert_eq!(c.with_sampling(Sampling::Greedy).sampling, Sampling::Greedy);
+    }
+
+    #[test]
+    fn for_tokenizer_takes_the_eos_ids_and_the_one_padding_rule() {
+        let words = ["<unk>", "<pad>", "</s>", "hello"];
+        let tokenizer = |eos, pad| LmTokenizer::word_level(&words, eos, pad).expect("tokenizer");
+        let c = GenerationConfig::for_tokenizer(&tokenizer(Some("</s>"), Some("<pad>")));
+        assert_eq!((c.eos_token_ids.clone(), c.pad_token_id), (vec![2], 1));
+        assert_eq!(
+            c,
+            GenerationConfig::default().with_eos([2]).with_pad(1),
+            "nothing else differs from the default"
+        );
+        // No padding token: EOS pads, as TRL's GPT-2 scripts set it.
+        let c = GenerationConfig::for_tokenizer(&tokenizer(Some("</s>"), None));
+        assert_eq!((c.eos_token_ids, c.pad_token_id), (vec![2], 2));
+        // Neither: no early stop, and 0 pads.
+        let c = GenerationConfig::for_tokenizer(&tokenizer(None, None));
+        assert_eq!((c.eos_token_ids, c.pad_token_id), (vec![], 0));
+    }
 }

@@ -161,6 +161,49 @@ impl LmTokenizer {
         Ok(t)
     }
 
+    /// A word-level tokenizer over `words`, the id of a word being its position: text is split
+    /// on whitespace and punctuation, a word not in the list becomes `words[0]` (the unknown
+    /// token), and ids decode to their words joined by spaces. For toy tasks and models trained
+    /// from scratch; `eos` and `pad` name words of the list. [`LmTokenizer::save`] writes it as
+    /// a `tokenizer.json` that transformers loads.
+    pub fn word_level(words: &[&str], eos: Option<&str>, pad: Option<&str>) -> Result<Self> {
+        let path = Path::new("<word list>");
+        let Some(unknown) = words.first() else {
+            return Err(tok_err(path, "the word list is empty"));
+        };
+        let mut vocab = serde_json::Map::new();
+        for (id, w) in words.iter().enumerate() {
+            if vocab.insert(w.to_string(), id.into()).is_some() {
+                return Err(tok_err(path, format!("`{w}` is listed twice")));
+            }
+        }
+        let json = serde_json::json!({
+            "version": "1.0",
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": unknown},
+            "pre_tokenizer": {"type": "Whitespace"},
+        });
+        let inner: Tokenizer = json.to_string().parse().map_err(|e| tok_err(path, e))?;
+        let id = |name: Option<&str>| -> Result<Option<u32>> {
+            name.map(|n| {
+                inner
+                    .token_to_id(n)
+                    .ok_or_else(|| tok_err(path, format!("`{n}` is not in the word list")))
+            })
+            .transpose()
+        };
+        let (eos, pad) = (id(eos)?, id(pad)?);
+        Ok(Self {
+            vocab_size: words.len(),
+            path: path.to_path_buf(),
+            bos: None,
+            eos,
+            pad,
+            more_eos: Vec::new(),
+            chat_template: None,
+            inner,
+        })
+    }
+
     /// Fills bos/eos/pad from `tokenizer_config.json`, then `config.json`, in `dir`.
     fn read_special_ids(&mut self, dir: &Path) -> Result<()> {
         let tc = dir.join("tokenizer_config.json");

@@ -26,9 +26,7 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use lmrl_models::{
-    AutoLm, GenerationConfig, LmWithValueHead, ModelConfig, Sampling, ValueHeadInit,
-};
+use lmrl_models::{AutoLm, GenerationConfig, LmWithValueHead, ModelConfig, ValueHeadInit};
 use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, EnvError, PpoAgent, PpoConfig, Prompt};
 
@@ -113,17 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let long_queries = ids(batch, 3 * query + response, vocab, 3);
     let scores: Vec<f32> = (0..batch).map(|i| i as f32 / batch as f32 - 0.5).collect();
 
-    let gen_cfg = GenerationConfig {
-        sampling: Sampling::pure(),
-        max_new_tokens: response,
-        repetition_penalty: 1.0,
-        eos_token_ids: Vec::new(),
-        pad_token_id: 0,
-        seed: 0,
-        first_row: 0,
-        stop_sequences: Vec::new(),
-        min_new_tokens: 0,
-    };
+    let gen_cfg = GenerationConfig::default().with_max_new_tokens(response);
     let mut step_s = Vec::new();
     let mut obs_step_s = Vec::new();
     let mut gen_s = Vec::new();

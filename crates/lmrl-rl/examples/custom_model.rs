@@ -14,7 +14,7 @@ use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::tensor::activation::gelu;
 use burn::tensor::{Device, Int, Tensor};
 use lmrl_models::attention::{attend, attention_bias, split_heads};
-use lmrl_models::{CausalLm, GenerationConfig, KvCache, LmWithValueHead, Sampling, ValueHeadInit};
+use lmrl_models::{CausalLm, GenerationConfig, KvCache, LmWithValueHead, ValueHeadInit};
 use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, EnvError, PpoAgent, PpoConfig, Prompt};
 
@@ -168,17 +168,9 @@ fn prompts(iteration: usize) -> Vec<Prompt<u32>> {
 }
 
 fn generation(iteration: usize) -> GenerationConfig {
-    GenerationConfig {
-        sampling: Sampling::pure(),
-        max_new_tokens: 6,
-        repetition_penalty: 1.0,
-        eos_token_ids: Vec::new(),
-        pad_token_id: 0,
-        seed: iteration as u64,
-        first_row: 0,
-        stop_sequences: Vec::new(),
-        min_new_tokens: 0,
-    }
+    GenerationConfig::default()
+        .with_max_new_tokens(6)
+        .with_seed(iteration as u64)
 }
 
 fn ppo_config() -> PpoConfig {

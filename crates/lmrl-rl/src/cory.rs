@@ -11,13 +11,14 @@ use std::error::Error;
 use std::path::Path;
 
 use lmrl_models::{AutoLm, CausalLm, GenerationConfig};
-use lmrl_rewards::{Reward, Sample};
+use lmrl_rewards::Reward;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RlError};
 use crate::group::informative_samples;
 use crate::learner::{Learner, StepStats};
 use crate::ppo::state::{read_toml, state_err, write_toml};
+use crate::rollout::{repeat_each, score_texts};
 use crate::{PpoAgent, PpoConfig};
 
 /// Error type of the application's plug-ins.
@@ -75,7 +76,7 @@ pub trait CoryEnv<M: CausalLm, C> {
     }
 }
 
-fn ext<T>(component: &str, r: std::result::Result<T, EnvError>) -> Result<T> {
+pub(crate) fn ext<T>(component: &str, r: std::result::Result<T, EnvError>) -> Result<T> {
     r.map_err(|e| RlError::External {
         component: component.to_string(),
         message: e.to_string(),
@@ -260,20 +261,12 @@ impl<M: CausalLm, L: Learner<M>> std::fmt::Debug for CoryTrainer<M, L> {
 
 const LLM_NAMES: [&str; 2] = ["llm1", "llm2"];
 
-fn mean(x: &[f32]) -> f32 {
+pub(crate) fn mean(x: &[f32]) -> f32 {
     if x.is_empty() {
         0.0
     } else {
         (x.iter().map(|&v| f64::from(v)).sum::<f64>() / x.len() as f64) as f32
     }
-}
-
-/// Each prompt `samples` times in a row: the batch layout of [`Learner::samples_per_prompt`].
-fn repeat_each<T>(items: &[T], samples: usize) -> Vec<&T> {
-    items
-        .iter()
-        .flat_map(|p| std::iter::repeat_n(p, samples))
-        .collect()
 }
 
 /// The samples one copy trains on, as indices into `scores` (groups of `g` consecutive
@@ -292,34 +285,7 @@ fn pick<T: Clone>(items: &[T], indices: &[usize]) -> Vec<T> {
 }
 
 fn decode_all<M: CausalLm, C, E: CoryEnv<M, C>>(env: &E, seqs: &[Vec<u32>]) -> Result<Vec<String>> {
-    seqs.iter().map(|y| ext("decode", env.decode(y))).collect()
-}
-
-/// Task rewards of responses to `prompts` (the rewarded texts and contexts come from `prompts`).
-fn rewards<C>(
-    reward: &dyn Reward<C>,
-    prompts: &[&str],
-    responses: &[String],
-    contexts: &[&C],
-) -> Result<Vec<f32>> {
-    let samples: Vec<Sample<'_, C>> = prompts
-        .iter()
-        .zip(responses)
-        .zip(contexts)
-        .map(|((p, r), c)| Sample::new(p, r, *c))
-        .collect();
-    let r = reward.score(&samples).map_err(|e| RlError::External {
-        component: format!("reward {}", reward.name()),
-        message: e.to_string(),
-    })?;
-    if r.len() != samples.len() {
-        return Err(RlError::Shape {
-            what: format!("rewards of {}", reward.name()),
-            expected: vec![samples.len()],
-            got: vec![r.len()],
-        });
-    }
-    Ok(r)
+    crate::rollout::decode_all(&|ids: &[u32]| env.decode(ids), seqs)
 }
 
 impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
@@ -568,9 +534,9 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
         let y2_text = decode_all(env, &y2)?;
 
         // Task rewards, both with the plain prompt's context.
-        let r1 = rewards(reward, &q_text, &y1_text, &contexts)?;
+        let r1 = score_texts(reward, &q_text, &y1_text, &contexts)?;
         let m_refs: Vec<&str> = m_text.iter().map(String::as_str).collect();
-        let r2 = rewards(reward, &m_refs, &y2_text, &contexts)?;
+        let r2 = score_texts(reward, &m_refs, &y2_text, &contexts)?;
 
         let obs_query_only = if self.config.pioneer_format_metrics {
             Some(self.observer_on_queries(prompts, generation, env, reward)?)
@@ -689,7 +655,7 @@ impl<M: CausalLm, L: Learner<M>> CoryTrainer<M, L> {
             env.generate(observer, &queries, &gen_eval, GenerationPurpose::QueryOnly),
         )?;
         let yq_text = decode_all(env, &yq)?;
-        let rq = rewards(reward, &texts, &yq_text, &contexts)?;
+        let rq = score_texts(reward, &texts, &yq_text, &contexts)?;
         let own_reference = &self.references[self.llm_in_slot[1]];
         let klq = self.slots[1].kl_to_reference(&queries, &yq, own_reference)?;
         Ok((mean(&rq), mean(&klq)))

@@ -5,7 +5,8 @@
 //!
 //! Everything is generic over `lmrl_models::CausalLm`, so any architecture that implements the
 //! trait trains here. A [`Learner`] is one trainable copy with its algorithm ([`PpoAgent`]);
-//! [`CoryTrainer`] runs two of them. [`ppo`] holds each TRL quantity as its own function.
+//! [`CoryTrainer`] runs two of them, and [`rollout_step`] one (sample, decode, score with an
+//! `lmrl_rewards::Reward`, step). [`ppo`] holds each TRL quantity as its own function.
 //!
 //! Where every formula lives, and every deliberate deviation from the reference code, is listed
 //! in `docs/algorithms.md`; the CORY algorithm is described in `docs/cory.md`.
@@ -19,6 +20,7 @@ pub mod optim;
 #[cfg(feature = "flex")]
 mod optim_file;
 pub mod ppo;
+mod rollout;
 mod util;
 
 pub use cory::{
@@ -33,6 +35,7 @@ pub use ppo::agent::{PpoAgent, Rollout};
 pub use ppo::config::PpoConfig;
 pub use ppo::state::{AGENT_STATE_FILE, AGENT_STATE_FORMAT, AgentState, OPTIMIZER_FILE};
 pub use ppo::stats::PpoStats;
+pub use rollout::{Decode, ScoredBatch, rollout, rollout_step, score_texts};
 pub use util::mix_seed;
 
 /// The most samples (PPO) or completions (GRPO, RLOO: prompts × generations) one step may hold:
