@@ -57,7 +57,7 @@ pub fn run(args: &GenerateArgs) -> Result<ExitCode> {
         max_new_tokens: args.max_new_tokens,
         repetition_penalty: 1.0,
         eos_token_ids: tok.eos_token_ids(),
-        pad_token_id: tok.pad_token_id().or(tok.eos_token_id()).unwrap_or(0),
+        pad_token_id: tok.pad_token_id().unwrap_or(0),
         seed: args.seed,
         first_row: 0,
         stop_sequences: Vec::new(),

@@ -114,22 +114,6 @@ impl LmTokenizer {
         })
     }
 
-    /// A tokenizer built in memory (a vocabulary of one's own): `eos` ends generation and
-    /// pads the RL batches; there is no BOS, pad token or chat template. `name` stands for the
-    /// file in messages and is where [`LmTokenizer::save`] says it came from.
-    pub fn new(inner: Tokenizer, eos: Option<u32>, name: &str) -> Self {
-        Self {
-            vocab_size: count_ids(&inner),
-            inner,
-            path: PathBuf::from(name),
-            bos: None,
-            eos,
-            pad: None,
-            more_eos: Vec::new(),
-            chat_template: None,
-        }
-    }
-
     /// Any HF `tokenizer.json`. Special ids come from a sibling `tokenizer_config.json`
     /// (`bos_token`, `eos_token`, `pad_token`) or `config.json` (`*_token_id`), and default to
     /// `<|endoftext|>` when the vocabulary has it.

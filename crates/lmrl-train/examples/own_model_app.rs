@@ -14,7 +14,7 @@
 //! The model is a positional bigram: each position's next-token distribution depends on its own
 //! token and position only, so it needs no attention and no KV cache (`CausalLm` asks for
 //! neither). The task asks for a few words of a review after a prompt that ends with the tone
-//! wanted, `<pos>` or `<neg>`; the reward is the mean tone of the response's words in that
+//! wanted, `praise` or `pan`; the reward is the mean tone of the response's words in that
 //! direction. What the model must learn — start with a word of the asked tone and keep to it —
 //! a bigram can express.
 use std::path::PathBuf;
@@ -36,10 +36,10 @@ use lmrl_train::{
 };
 use serde::{Deserialize, Serialize};
 
-/// The vocabulary: an end-of-text token, the two tone markers, neutral words, then the
-/// positive and the negative words (their tone is their place in this list).
+/// The vocabulary: the end-of-text word, the two tone markers (`praise`, `pan`), neutral words,
+/// then the positive and the negative words (their tone is their place in this list).
 const WORDS: [&str; 16] = [
-    "<eos>", "<pos>", "<neg>", "the", "film", "was", "and", "plot", "great", "superb", "moving",
+    "end", "praise", "pan", "the", "film", "was", "and", "plot", "great", "superb", "moving",
     "fun", "dull", "awful", "boring", "weak",
 ];
 const EOS: u32 = 0;
@@ -154,30 +154,13 @@ impl LoadModel for PositionalBigram {
     }
 }
 
-/// One id per word of [`WORDS`], words split on whitespace, decoded joined by spaces.
+/// One id per word of [`WORDS`] (an unknown word reads as `end`), decoded joined by spaces.
 fn word_tokenizer() -> lmrl_train::Result<LmTokenizer> {
-    use tokenizers::models::wordlevel::WordLevel;
-    use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
-    let vocab = WORDS
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (w.to_string(), i as u32))
-        .collect();
-    let model = WordLevel::builder()
-        .vocab(vocab)
-        .unk_token("the".into())
-        .build()
-        .map_err(|e| setting("run.model", format!("the word vocabulary: {e}")))?;
-    let mut inner = tokenizers::Tokenizer::new(model);
-    inner.with_pre_tokenizer(Some(WhitespaceSplit));
-    Ok(LmTokenizer::new(
-        inner,
-        Some(EOS),
-        "positional-bigram words",
-    ))
+    LmTokenizer::word_level(&WORDS, Some(WORDS[EOS as usize]), None)
+        .map_err(|e| setting("run.model", format!("the word vocabulary: {e}")))
 }
 
-/// The tone a prompt asks for: +1 (`<pos>`) or −1 (`<neg>`).
+/// The tone a prompt asks for: +1 (`praise`) or −1 (`pan`).
 #[derive(Debug, Clone, Copy)]
 pub struct Wanted(f32);
 
@@ -341,7 +324,7 @@ impl ToneTask {
         ];
         let mut prompts = Vec::new();
         for opening in openings {
-            for (marker, wanted) in [("<pos>", 1.0), ("<neg>", -1.0)] {
+            for (marker, wanted) in [("praise", 1.0), ("pan", -1.0)] {
                 let text = format!("{opening} {marker}");
                 prompts.push(Prompt {
                     ids: env.tokenizer.encode(&text)?,

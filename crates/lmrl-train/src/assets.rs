@@ -98,13 +98,11 @@ pub fn load_tokenizer(model_path: &Path) -> Result<(LmTokenizer, ModelConfig)> {
     Ok((tok, config))
 }
 
-/// The padding id of the RL batches: the tokenizer's, else its EOS, else the model's own EOS
-/// (`model_eos`), else 0.
+/// The padding id of the RL batches: the tokenizer's rule ([`LmTokenizer::pad_token_id`]: its
+/// pad token, else its EOS), else the model's own EOS (`model_eos`), else 0 — what
+/// `GenerationConfig::for_tokenizer` pads with whenever the tokenizer names either.
 pub fn pad_id(tok: &LmTokenizer, model_eos: Option<u32>) -> u32 {
-    tok.pad_token_id()
-        .or(tok.eos_token_id())
-        .or(model_eos)
-        .unwrap_or(0)
+    tok.pad_token_id().or(model_eos).unwrap_or(0)
 }
 
 #[cfg(test)]
