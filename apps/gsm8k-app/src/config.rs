@@ -6,8 +6,8 @@ use clap::Args;
 use lmrl_models::ValueHeadInit;
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 use lmrl_train::{
-    Algo, Config, LearnerAlgo, LearnerSettings, RunSettings, Section, TrainConfig, app_sections,
-    setting, validate_learners,
+    Algo, Config, LearnerAlgo, LearnerSettings, RunSettings, SamplerSettings, Section, TrainConfig,
+    app_sections, follow_sampler, setting, validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -292,16 +292,12 @@ impl Config for Gsm8kConfig {
     /// Seeds from the run seed; the group learners' temperature (their log-probs are those of
     /// the tempered logits, as TRL's) and longest completion follow the sampler.
     fn finish(&mut self) {
-        let seed = self.run.seed;
-        self.ppo.seed = seed;
-        self.grpo.seed = seed;
-        self.rloo.seed = seed;
-        let t = f64::from(self.gsm8k.temperature);
-        let len = self.gsm8k.max_new_tokens;
-        self.grpo.temperature = t;
-        self.rloo.temperature = t;
-        self.grpo.max_completion_length = len;
-        self.rloo.max_completion_length = len;
+        let sampler = SamplerSettings {
+            seed: self.run.seed,
+            temperature: f64::from(self.gsm8k.temperature),
+            max_new_tokens: self.gsm8k.max_new_tokens,
+        };
+        follow_sampler(sampler, &mut self.ppo, &mut self.grpo, &mut self.rloo);
         self.gsm8k.stop_strings.retain(|s| !s.is_empty());
     }
 

@@ -6,8 +6,8 @@ use clap::Args;
 use lmrl_models::ValueHeadInit;
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, RlooConfig};
 use lmrl_train::{
-    Algo, Config, LearnerAlgo, LearnerSettings, RunSettings, Section, TrainConfig, app_sections,
-    setting, validate_learners,
+    Algo, Config, LearnerAlgo, LearnerSettings, RunSettings, SamplerSettings, Section, TrainConfig,
+    app_sections, follow_sampler, setting, validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -167,15 +167,15 @@ impl Config for ImdbConfig {
         &self.run
     }
 
-    /// Seeds from the run seed; the group learners' longest completion is the longest
-    /// response (sampling is pure, temperature 1).
+    /// Seeds from the run seed; the group learners' temperature and longest completion are
+    /// the sampler's (pure sampling, temperature 1, up to the longest response).
     fn finish(&mut self) {
-        let seed = self.run.seed;
-        self.ppo.seed = seed;
-        self.grpo.seed = seed;
-        self.rloo.seed = seed;
-        self.grpo.max_completion_length = self.imdb.response_tokens_max;
-        self.rloo.max_completion_length = self.imdb.response_tokens_max;
+        let sampler = SamplerSettings {
+            seed: self.run.seed,
+            temperature: 1.0,
+            max_new_tokens: self.imdb.response_tokens_max,
+        };
+        follow_sampler(sampler, &mut self.ppo, &mut self.grpo, &mut self.rloo);
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {

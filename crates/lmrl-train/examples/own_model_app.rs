@@ -31,8 +31,8 @@ use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{CoryConfig, GrpoConfig, PpoConfig, Prompt, RlooConfig};
 use lmrl_train::{
     Algo, Config, LearnerAlgo, LearnerSettings, LoadModel, ModelInfo, ModelIoError, RunArgs,
-    RunSettings, Section, StopToken, TaskEnv, TaskError, TrainConfig, TrainError, TrainModel,
-    app_sections, load_record, save_record, setting, validate_learners,
+    RunSettings, SamplerSettings, Section, StopToken, TaskEnv, TaskError, TrainConfig, TrainModel,
+    app_sections, follow_sampler, load_record, save_record, setting, validate_learners,
 };
 use serde::{Deserialize, Serialize};
 
@@ -146,18 +146,16 @@ impl LoadModel for PositionalBigram {
             max_positions: MAX_POSITIONS,
             eos_token_id: Some(EOS),
         };
-        Ok((word_tokenizer()?, info))
+        // One id per word of `WORDS` (an unknown word reads as `end`), decoded joined by
+        // spaces.
+        let tokenizer = LmTokenizer::word_level(&WORDS, Some(WORDS[EOS as usize]), None)
+            .map_err(|e| setting("run.model", format!("the word vocabulary: {e}")))?;
+        Ok((tokenizer, info))
     }
 
     fn load(_info: &ModelInfo, device: &Device) -> lmrl_train::Result<Self> {
         Ok(Self::new(device))
     }
-}
-
-/// One id per word of [`WORDS`] (an unknown word reads as `end`), decoded joined by spaces.
-fn word_tokenizer() -> lmrl_train::Result<LmTokenizer> {
-    LmTokenizer::word_level(&WORDS, Some(WORDS[EOS as usize]), None)
-        .map_err(|e| setting("run.model", format!("the word vocabulary: {e}")))
 }
 
 /// The tone a prompt asks for: +1 (`praise`) or −1 (`pan`).
@@ -273,12 +271,12 @@ impl Config for ToneConfig {
     }
 
     fn finish(&mut self) {
-        let seed = self.run.seed;
-        self.ppo.seed = seed;
-        self.grpo.seed = seed;
-        self.rloo.seed = seed;
-        self.grpo.max_completion_length = self.tone.response_words;
-        self.rloo.max_completion_length = self.tone.response_words;
+        let sampler = SamplerSettings {
+            seed: self.run.seed,
+            temperature: 1.0,
+            max_new_tokens: self.tone.response_words,
+        };
+        follow_sampler(sampler, &mut self.ppo, &mut self.grpo, &mut self.rloo);
     }
 
     fn validate(&self) -> lmrl_train::Result<()> {
@@ -392,7 +390,7 @@ struct Cli {
 
 /// The app on the command line `args` (program name first); `stop` ends the run after an
 /// iteration, with a checkpoint.
-pub fn run<I, T>(args: I, stop: &StopToken) -> Result<ExitCode, TrainError>
+pub fn run<I, T>(args: I, stop: &StopToken) -> Result<ExitCode, TaskError>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -406,24 +404,27 @@ where
         }
     };
     let cli = Cli::from_arg_matches(&matches).map_err(|e| setting("flags", e.to_string()))?;
-    lmrl_train::train_command::<ToneConfig, PositionalBigram, ToneTask>(
+    let code = lmrl_train::train_command::<ToneConfig, PositionalBigram, ToneTask>(
         "own_model_app",
         &matches,
         &cli.run,
         stop,
         ToneTask::build,
-    )
+    )?;
+    Ok(code)
 }
 
 #[allow(dead_code)]
 fn main() -> ExitCode {
     // The program, not the library, decides what a signal does: the first stops the run after
     // its iteration with a checkpoint, a second exits at once.
-    let stopped = lmrl_train::stop_on_signals(|| std::process::exit(130));
-    match stopped.and_then(|stop| run(std::env::args_os(), &stop)) {
+    let ran = lmrl_train::stop_on_signals(|| std::process::exit(130))
+        .map_err(TaskError::from)
+        .and_then(|stop| run(std::env::args_os(), &stop));
+    match ran {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", lmrl_train::chain(&e));
+            eprintln!("error: {}", lmrl_train::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -186,6 +186,36 @@ impl LearnerSettings<'_> {
     }
 }
 
+/// The task's sampler, as the learners must know it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplerSettings {
+    /// The run's seed (`[run] seed`).
+    pub seed: u64,
+    /// The sampling temperature of the task's generation (1 for pure sampling).
+    pub temperature: f64,
+    /// The longest response the task's generation asks for.
+    pub max_new_tokens: usize,
+}
+
+/// What the learners' sections take from the run and the task's sampler, for an app's
+/// `Config::finish`: every learner's seed is the run's; the group learners' temperature (their
+/// log-probabilities are those of the tempered logits, as TRL's) and longest completion are the
+/// sampler's, so that the two cannot disagree.
+pub fn follow_sampler(
+    sampler: SamplerSettings,
+    ppo: &mut PpoConfig,
+    grpo: &mut GrpoConfig,
+    rloo: &mut RlooConfig,
+) {
+    ppo.seed = sampler.seed;
+    grpo.seed = sampler.seed;
+    rloo.seed = sampler.seed;
+    grpo.temperature = sampler.temperature;
+    rloo.temperature = sampler.temperature;
+    grpo.max_completion_length = sampler.max_new_tokens;
+    rloo.max_completion_length = sampler.max_new_tokens;
+}
+
 /// `module` on `to` if given (fresh autodiff leaves there), else as it is.
 fn moved<T: Module>(module: T, to: Option<&Device>) -> T {
     match to {

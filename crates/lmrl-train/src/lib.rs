@@ -42,7 +42,10 @@ mod streams;
 mod task;
 mod trainer;
 
-pub use algorithms::{Algo, DynLearner, LearnerAlgo, LearnerSettings, learner_sections};
+pub use algorithms::{
+    Algo, DynLearner, LearnerAlgo, LearnerSettings, SamplerSettings, follow_sampler,
+    learner_sections,
+};
 pub use app::{TaskEnv, TrainConfig, train_command, train_resolved};
 pub use assets::{
     asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset, verify_checkpoint,
