@@ -29,6 +29,7 @@ mod burn_collective;
 mod copies;
 mod device;
 mod error;
+mod generation;
 mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -54,6 +55,7 @@ pub use assets::{
 pub use copies::{Copies, CopySpec, LORA_FILE, Llm2Device, POLICY};
 pub use device::{RankContext, backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError, chain, in_section, setting};
+pub use generation::generate_chunked;
 pub use model::{
     LoadModel, ModelInfo, ModelIoError, RECORD_FILE, TrainModel, load_record, lora_targets,
     save_record,
@@ -74,4 +76,4 @@ pub use settings::{
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};
-pub use trainer::{Outcome, SUMMARY_FILE, Trainer, generate_chunked};
+pub use trainer::{Outcome, SUMMARY_FILE, Trainer};
