@@ -331,28 +331,20 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize, frontier: bool) -> Repor
         .filter_map(|(s, p)| cs.get(s).map(|c| (*s, *p, *c)))
         .collect();
     let ival = |xs: Vec<f64>| (xs.len() > 1).then(|| Ival::from(mean_ci(&xs)));
-    let mut reward_tail = BTreeMap::new();
-    let mut kl_tail = BTreeMap::new();
-    let mut combined_slope = BTreeMap::new();
-    for (is_cory, group) in [(false, &ppo), (true, &cory)] {
-        let l = label(is_cory);
-        if let Some(i) = ival(group.iter().map(|r| tail_means(r).0).collect()) {
-            reward_tail.insert(l, i);
-        }
-        if let Some(i) = ival(group.iter().map(|r| tail_means(r).1).collect()) {
-            kl_tail.insert(l, i);
-        }
-        let slopes: Vec<f64> = group
-            .iter()
-            .filter_map(|r| {
-                let c: Vec<(f64, f64)> = r.curve().iter().map(|p| (p.0 as f64, p.3)).collect();
-                slope(&c)
+    let by_algorithm = |of: &dyn Fn(&Run) -> Option<f64>| -> BTreeMap<&'static str, Ival> {
+        [(false, &ppo), (true, &cory)]
+            .into_iter()
+            .filter_map(|(is_cory, group)| {
+                ival(group.iter().filter_map(|r| of(r)).collect()).map(|i| (label(is_cory), i))
             })
-            .collect();
-        if let Some(i) = ival(slopes) {
-            combined_slope.insert(l, i);
-        }
-    }
+            .collect()
+    };
+    let reward_tail = by_algorithm(&|r| Some(tail_means(r).0));
+    let kl_tail = by_algorithm(&|r| Some(tail_means(r).1));
+    let combined_slope = by_algorithm(&|r| {
+        let c: Vec<(f64, f64)> = r.curve().iter().map(|p| (p.0 as f64, p.3)).collect();
+        slope(&c)
+    });
     let tail_rows = |r: &Run, pick: fn(&MetricRow) -> f64| -> f64 {
         let last = r.rows.iter().map(|x| x.iteration).max().unwrap_or(0);
         let from = (last + 1).saturating_sub(tail);
@@ -364,22 +356,8 @@ fn analyse(runs: &[Run], tail: usize, smoothing: usize, frontier: bool) -> Repor
             .collect();
         sel.iter().sum::<f64>() / sel.len().max(1) as f64
     };
-    let mut entropy_tail = BTreeMap::new();
-    let mut repetition_tail = BTreeMap::new();
-    for (is_cory, group) in [(false, &ppo), (true, &cory)] {
-        let l = label(is_cory);
-        if let Some(i) = ival(group.iter().map(|r| tail_rows(r, |x| x.entropy)).collect()) {
-            entropy_tail.insert(l, i);
-        }
-        if let Some(i) = ival(
-            group
-                .iter()
-                .map(|r| tail_rows(r, |x| x.repetition))
-                .collect(),
-        ) {
-            repetition_tail.insert(l, i);
-        }
-    }
+    let entropy_tail = by_algorithm(&|r| Some(tail_rows(r, |x| x.entropy)));
+    let repetition_tail = by_algorithm(&|r| Some(tail_rows(r, |x| x.repetition)));
     let llm =
         |agent: &str| -> Vec<(f64, f64)> { cory.iter().map(|r| r.tail_of(agent, tail)).collect() };
     let (l1, l2) = (llm("llm1"), llm("llm2"));
