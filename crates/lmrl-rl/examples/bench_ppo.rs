@@ -42,8 +42,9 @@ enum Only {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // As the apps do by default: reuse freed tensor buffers instead of faulting them in anew.
-    lmrl_models::HostMemory::parse("retain")?.apply();
+    // As the apps do by default: reuse freed tensor buffers instead of faulting them in anew,
+    // in transparent huge pages.
+    lmrl_models::HostMemory::parse("retain,huge-pages")?.apply();
     let args: Vec<String> = std::env::args().collect();
     let model = flag(&args, "--model").map(PathBuf::from);
     let reps: usize = flag(&args, "--reps").map_or(Ok(3), |s| s.parse())?;
