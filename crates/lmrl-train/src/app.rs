@@ -245,9 +245,22 @@ fn no_run_to_resume(args: &RunArgs, e: &TrainError) -> Option<String> {
     })
 }
 
+/// Writes `config.toml`, its first line a comment naming the code that made the run (the
+/// commit the crate was built from, when built from a git checkout); comments are not
+/// settings, so a resume reads the file as before.
 fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {
+    let text = format!("{}\n{}", source_line(), to_toml(cfg));
     Ok(lmrl_runs::atomic_write(
         &out.join(CONFIG_FILE),
-        to_toml(cfg).as_bytes(),
+        text.as_bytes(),
     )?)
+}
+
+/// `# lmrl <version>, commit <sha>` (or `commit unknown` outside a git checkout).
+fn source_line() -> String {
+    let commit = match env!("LMRL_SOURCE_COMMIT") {
+        "" => "unknown",
+        c => c,
+    };
+    format!("# lmrl {}, commit {commit}", env!("CARGO_PKG_VERSION"))
 }
