@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-runs/bench-scaling.csv}"
 mkdir -p "$(dirname "$out")"
-cargo build --release -p lmrl-data --bin fetch-assets
-cargo build --release -p lmrl-rl --example bench_ppo
+cargo build --release --workspace --bin fetch-assets
+cargo build --release --workspace --example bench_ppo
 model=$(target/release/fetch-assets smollm2-135m | awk '$1 == "smollm2-135m" {print $NF}')
 [[ -f $model ]] || { echo "bench-scaling.sh: no SmolLM2-135M file from fetch-assets" >&2; exit 1; }
 [[ -f $out ]] || echo "algo,batch,response_len,query_len,iteration_secs,peak_rss_mib,load_1min" >"$out"

@@ -183,6 +183,8 @@ impl Gsm8kConfig {
                 value_head_init: ValueHeadInit::Zeros,
                 lora_rank: 0,
                 lora_alpha: 16.0,
+                lora_dropout: 0.0,
+                lora_rslora: false,
                 generation_batch_size: match algo {
                     Algo::Grpo | Algo::Rloo => prompts * g,
                     Algo::Ppo | Algo::Cory => gen_batch,

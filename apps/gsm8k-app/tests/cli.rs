@@ -405,10 +405,18 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
         })
         .count();
     assert!(moved > 0, "some adapted projection must have moved");
-    // Resume is exact for LoRA too: the adapters come back from `lora_model.bpk`.
-    assert!(
-        out.join("checkpoints/iter-000002/policy/lora_model.bpk")
-            .is_file()
+    // Resume is exact for LoRA too: the adapters come back from PEFT's files beside the
+    // merged weights.
+    let adapter = out.join("checkpoints/iter-000002/policy/adapter");
+    for f in ["adapter_config.json", "adapter_model.safetensors"] {
+        assert!(adapter.join(f).is_file(), "{f}");
+    }
+    let peft: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(adapter.join("adapter_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (peft["peft_type"].as_str(), peft["r"].as_u64()),
+        (Some("LORA"), Some(2))
     );
     let part = t.dir.path().join("lora-part");
     let mut c = train_cmd(

@@ -99,6 +99,8 @@ impl ImdbConfig {
                 value_head_init: ValueHeadInit::Zeros,
                 lora_rank: 0,
                 lora_alpha: 16.0,
+                lora_dropout: 0.0,
+                lora_rslora: false,
                 generation_batch_size: 8,
                 checkpoint_every: 5,
                 keep_checkpoints: 2,

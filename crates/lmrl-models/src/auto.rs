@@ -111,4 +111,18 @@ impl Pretrained for AutoLm {
             Self::Llama(m) => m.hf_tensors(),
         }
     }
+
+    /// burn's path starts with the variant; GPT-2's fields sit under HF's `transformer.`.
+    fn hf_module_name(&self, module_path: &str) -> String {
+        match self {
+            Self::Gpt2(_) => {
+                let p = module_path.strip_prefix("Gpt2.").unwrap_or(module_path);
+                format!("transformer.{p}")
+            }
+            Self::Llama(_) => {
+                let p = module_path.strip_prefix("Llama.").unwrap_or(module_path);
+                p.to_string()
+            }
+        }
+    }
 }

@@ -49,9 +49,10 @@ pub(crate) fn lookup(table: &Embedding, ids: Tensor<2, Int>) -> Tensor<3> {
     table.forward(ids)
 }
 
-/// [`dense`] through a burn `Linear` (its weight is `[in, out]`; LoRA adapters included).
+/// [`dense`] through a burn `Linear` (its weight is `[in, out]`); a LoRA-adapted one adds its
+/// side path to the frozen product (`crate::lora`).
 pub fn apply_linear(l: &Linear, x: Tensor<3>) -> Tensor<3> {
-    dense(x, l.weight.val(), l.bias.as_ref().map(|b| b.val()))
+    crate::lora::linear_forward(l, x)
 }
 
 /// A trainable parameter holding `raw` reshaped to rank `D`.

@@ -41,6 +41,7 @@ mod log_softmax;
 mod lora;
 mod mistral;
 mod packing;
+mod peft;
 mod pretrained;
 mod qwen2;
 mod qwen3;
@@ -74,9 +75,13 @@ pub use loader::{
     write_atomic, write_atomic_parts, write_safetensors,
 };
 pub use log_softmax::{entropy_rows, gather_columns, kl_rows, log_softmax};
-pub use lora::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
+pub use lora::{LoraBranch, LoraConfig, apply_lora, lora_parameter_count, merge_lora};
 pub use mistral::MistralForCausalLm;
 pub use packing::Packing;
+pub use peft::{
+    ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, load_peft_adapter, read_peft_config,
+    save_peft_adapter,
+};
 pub use pretrained::Pretrained;
 pub use qwen2::Qwen2ForCausalLm;
 pub use qwen3::Qwen3ForCausalLm;

@@ -14,6 +14,14 @@ pub trait Pretrained {
     /// Every weight under its Hugging Face name, in Hugging Face's layout.
     fn hf_tensors(&self) -> Vec<(String, RawTensor)>;
 
+    /// The Hugging Face name of the module at burn's `module_path` (e.g.
+    /// `model.layers.0.self_attn.q_proj`), which names its LoRA factors in PEFT's adapter files
+    /// (`crate::save_peft_adapter`). The default is the path itself, right for a model whose
+    /// fields follow Hugging Face's names.
+    fn hf_module_name(&self, module_path: &str) -> String {
+        module_path.to_string()
+    }
+
     /// Writes `config.json` and `model.safetensors` into `dir` (created if missing), each to a
     /// temporary file first and then renamed into place. LoRA adapters, if any, are written
     /// merged into the weights they adapt.

@@ -8,7 +8,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use lmrl_models::{AutoLm, CausalLm, KvCache, ModelConfig, ModelError, Pretrained, ValueHeadInit};
 use lmrl_models::{LmWithValueHead, VALUE_HEAD_FILE, ValueHead};
-use lmrl_models::{LoraConfig, apply_lora, lora_parameter_count, merge_lora};
+use lmrl_models::{LoraBranch, LoraConfig, apply_lora, lora_parameter_count, merge_lora};
 use lmrl_models::{read_weights, write_safetensors};
 use serde_json::Value;
 
@@ -784,13 +784,15 @@ fn lora_gradients_reach_only_the_adapters() {
         unreachable!()
     };
     let q = &m.model.layers[0].self_attn.q_proj.weight;
-    let adapter = q.adapter().expect("q_proj adapted");
+    let adapter = q
+        .reparameterization::<LoraBranch>()
+        .expect("q_proj adapted");
     assert!(adapter.a.val().grad(&grads).is_some(), "A gets a gradient");
     assert!(adapter.b.val().grad(&grads).is_some(), "B gets a gradient");
     assert!(q.base().grad(&grads).is_none(), "frozen base q_proj");
     let up = &m.model.layers[0].mlp.up_proj.weight;
     assert!(
-        up.adapter().is_none() && up.val().grad(&grads).is_none(),
+        up.reparameterization::<LoraBranch>().is_none() && up.val().grad(&grads).is_none(),
         "frozen MLP"
     );
     let emb = &m.model.embed_tokens.weight;

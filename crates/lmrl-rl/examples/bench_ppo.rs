@@ -3,8 +3,10 @@
 //! `PPOTrainer.step`): batch 8, query 16 + response 32 tokens, full-vocabulary KL, 4 PPO
 //! epochs, minibatch 8, lr 1.41e-5.
 //!
-//! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH] [--reps N]
-//! [--batch B] [--query-len Q] [--response-len R] [--only ppo|cory]`, on the CPU backend `flex`,
+//! `cargo run --release -p lmrl-rl --example bench_ppo -- [--model PATH | --shape NAME]
+//! [--lora-rank R] [--reps N] [--batch B] [--mini-batch M] [--query-len Q] [--response-len R]
+//! [--only ppo|cory]`,
+//! on the CPU backend `flex`,
 //! or on libtorch's CPU kernels with `--features tch` (scripts/setup-tch.sh sets libtorch up)
 //! (defaults: batch 8, query 16, response 32, both). Minibatches hold at most 8 samples, with
 //! gradients accumulated over the batch (one Adam step per PPO epoch, as the apps run PPO), so
@@ -13,7 +15,11 @@
 //! step), so `peak_rss_mib` is that one's peak
 //! (`scripts/bench-scaling.sh` runs the grid of docs/benchmarks.md's scaling table).
 //! Without `--model` the policy is GPT-2 small with random weights (speed does not depend on
-//! weight values); with it, any checkpoint `AutoLm::from_pretrained` reads (e.g. SmolLM2-135M GGUF).
+//! weight values), or with `--shape` a random model of a published shape (`smollm2-135m`,
+//! `qwen2.5-0.5b`, `qwen2.5-1.5b`); with `--model`, any checkpoint `AutoLm::from_pretrained`
+//! reads (e.g. SmolLM2-135M GGUF). `--lora-rank R` trains LoRA adapters of rank R (α 16) on
+//! every projection instead of the whole model; the reference is then the base with the
+//! adapters off, sharing its weights.
 //! Prints one JSON line: step seconds (median), generation seconds, the median of whole
 //! `CoryTrainer` iterations as the apps run them (pioneer generation, the observer's prompt
 //! from IMDB's template, its generation, rewards, both updates on two threads), peak RSS (of the
@@ -26,11 +32,14 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use lmrl_models::{AutoLm, GenerationConfig, LmWithValueHead, ModelConfig, ValueHeadInit};
+use lmrl_models::{
+    AutoLm, GenerationConfig, LmWithValueHead, LoraConfig, ModelConfig, ValueHeadInit, apply_lora,
+};
 use lmrl_rewards::{Reward, RewardError, Sample};
 use lmrl_rl::{CoryConfig, CoryEnv, CoryTrainer, EnvError, PpoAgent, PpoConfig, Prompt};
 
-/// Samples per minibatch and per forward chunk (the batch is split into chunks of this size).
+/// Samples per minibatch and per forward chunk (the batch is split into chunks of this size)
+/// unless `--mini-batch` says otherwise.
 const MINIBATCH: usize = 8;
 
 /// What to measure: `--only ppo`, `--only cory`, or both (no flag).
@@ -61,14 +70,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         size("--query-len", 16)?,
         size("--response-len", 32)?,
     );
-    let mini = batch.min(MINIBATCH);
-    if batch == 0 || batch % mini != 0 || query == 0 || response == 0 {
+    let mini = batch.min(size("--mini-batch", MINIBATCH)?);
+    if mini == 0 || batch % mini != 0 || query == 0 || response == 0 {
         return Err(format!(
-            "--batch must be ≤ {MINIBATCH} or a multiple of {MINIBATCH}, and every size positive \
-             (got batch {batch}, query {query}, response {response})"
+            "--batch must be a multiple of --mini-batch (default {MINIBATCH}), and every size \
+             positive (got batch {batch}, mini-batch {mini}, query {query}, response {response})"
         )
         .into());
     }
+    let lora_rank = size("--lora-rank", 0)?;
+    let shape = flag(&args, "--shape");
     let only = match flag(&args, "--only").as_deref() {
         None => Only::Both,
         Some("ppo") => Only::Ppo,
@@ -79,21 +90,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (plain, backend) = cpu_device();
     plain.seed(0);
     let ad = plain.clone().autodiff();
-    let (policy_lm, reference, name) = match &model {
-        Some(p) => (
-            AutoLm::from_pretrained(p, &ad)?,
-            AutoLm::from_pretrained(p, &plain)?,
-            p.display().to_string(),
-        ),
-        None => {
-            let cfg = gpt2_small()?;
-            let lm = AutoLm::init(&cfg, &ad);
-            // A second random model as the reference: speed does not depend on the weights.
-            let reference = AutoLm::init(&cfg, &plain);
-            (lm, reference, "gpt2-small-random".to_string())
+    // The policy starts from the base model and the reference is the base itself, as the apps
+    // build them (with LoRA the three share the frozen weights' memory).
+    let load_base = || -> Result<(AutoLm, String), Box<dyn std::error::Error>> {
+        Ok(match (&model, &shape) {
+            (Some(p), _) => (AutoLm::from_pretrained(p, &ad)?, p.display().to_string()),
+            (None, Some(s)) => (AutoLm::init(&shape_config(s)?, &ad), format!("{s}-random")),
+            (None, None) => (
+                AutoLm::init(&gpt2_small()?, &ad),
+                "gpt2-small-random".into(),
+            ),
+        })
+    };
+    let (base, name) = load_base()?;
+    let lora = (lora_rank > 0).then(|| LoraConfig::for_model(&base.config(), lora_rank, 16.0));
+    let adapt = |lm: AutoLm| -> Result<AutoLm, lmrl_models::ModelError> {
+        match &lora {
+            Some(l) => apply_lora(lm, l),
+            None => Ok(lm),
         }
     };
+    let reference = base.valid();
     let vocab = reference.config().vocab_size();
+    let policy_lm = adapt(base.clone().fork(&ad))?;
+    drop(base);
     let policy = LmWithValueHead::new(policy_lm, ValueHeadInit::Default, &ad);
     let cfg = PpoConfig {
         batch_size: batch,
@@ -149,12 +169,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(agent);
 
     // Two copies of the policy forked from one base, as `imdb-app --algo cory` builds them.
-    let base = match &model {
-        Some(p) => AutoLm::from_pretrained(p, &ad)?,
-        None => AutoLm::init(&gpt2_small()?, &ad),
-    };
+    // A fresh base whose frozen weights the reference shares (with LoRA: all three share them).
+    let (base, _) = load_base()?;
+    let reference = base.valid();
     let copy = |seed| -> Result<PpoAgent<AutoLm>, Box<dyn std::error::Error>> {
-        let lm = base.clone().fork(&ad);
+        let lm = adapt(base.clone().fork(&ad))?;
         let cfg = PpoConfig {
             seed,
             ..cfg.clone()
@@ -214,6 +233,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = serde_json::json!({
         "model": name,
         "backend": backend,
+        "lora_rank": lora_rank,
         "batch": batch, "query_len": query, "response_len": response, "ppo_epochs": 4,
         "mini_batch_size": mini,
         "ppo_step_secs_median": s,
@@ -315,6 +335,34 @@ fn gpt2_small() -> Result<ModelConfig, lmrl_models::ModelError> {
         "activation_function": "gelu_new", "bos_token_id": 50256, "eos_token_id": 50256
     });
     ModelConfig::from_hf_json(std::path::Path::new("<gpt2-small>"), &v)
+}
+
+/// The configuration of a named model shape, for random weights: `smollm2-135m`,
+/// `qwen2.5-0.5b`, `qwen2.5-1.5b` (their published `config.json` values).
+fn shape_config(name: &str) -> Result<ModelConfig, Box<dyn std::error::Error>> {
+    // (hidden, intermediate, layers, heads, kv heads, vocab, rope θ, qkv bias)
+    let (model_type, d, ff, layers, heads, kv, vocab, theta, eps) = match name {
+        "smollm2-135m" => ("llama", 576, 1536, 30, 9, 3, 49152, 1e5, 1e-5),
+        "qwen2.5-0.5b" => ("qwen2", 896, 4864, 24, 14, 2, 151936, 1e6, 1e-6),
+        "qwen2.5-1.5b" => ("qwen2", 1536, 8960, 28, 12, 2, 151936, 1e6, 1e-6),
+        other => {
+            return Err(format!(
+                "--shape: expected smollm2-135m, qwen2.5-0.5b or qwen2.5-1.5b, got `{other}`"
+            )
+            .into());
+        }
+    };
+    let v = serde_json::json!({
+        "model_type": model_type, "hidden_size": d, "intermediate_size": ff,
+        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "vocab_size": vocab, "rope_theta": theta, "rms_norm_eps": eps,
+        "max_position_embeddings": 32768, "tie_word_embeddings": true, "hidden_act": "silu",
+        "bos_token_id": 0, "eos_token_id": 0
+    });
+    Ok(ModelConfig::from_hf_json(
+        std::path::Path::new(&format!("<{name}>")),
+        &v,
+    )?)
 }
 
 /// Deterministic pseudo-random ids in 1..vocab (SplitMix64).

@@ -19,11 +19,6 @@ use crate::settings::RunSettings;
 /// Checkpoint subdirectory of a single learner.
 pub const POLICY: &str = "policy";
 
-/// LoRA runs only: burn's record of the whole adapted policy with its value head (frozen base,
-/// adapter factors A and B), next to the merged Hugging Face weights; exact resume needs the
-/// adapters, which the merged weights cannot give back.
-pub const LORA_FILE: &str = "lora_model.bpk";
-
 /// Where CORY's llm2 trains when it is not on the run's device (`--llm2-device`): that device
 /// and the frozen reference copied onto it. llm2 is still made on the run's device (its value
 /// head and LoRA adapters drawn from that device's generator, as in a run on one device) and
@@ -68,12 +63,16 @@ impl CopySpec {
     ) -> Result<Self> {
         let lora = match run.lora_rank {
             0 => None,
-            rank => Some(model.lora_targets(rank, run.lora_alpha).ok_or_else(|| {
-                setting(
-                    "run.lora_rank",
-                    "this model names no LoRA targets (TrainModel::lora_targets); use 0",
-                )
-            })?),
+            rank => Some(LoraConfig {
+                dropout: run.lora_dropout,
+                rslora: run.lora_rslora,
+                ..model.lora_targets(rank, run.lora_alpha).ok_or_else(|| {
+                    setting(
+                        "run.lora_rank",
+                        "this model names no LoRA targets (TrainModel::lora_targets); use 0",
+                    )
+                })?
+            }),
         };
         Ok(Self {
             algo: run.algo,
@@ -312,7 +311,7 @@ fn cory<M: TrainModel>(
 
 /// Writes one copy's weights into `d` ([`TrainModel::save_weights`]: a Hugging Face checkpoint
 /// for `AutoLm`, LoRA adapters merged so other tools read a plain model) with its value head;
-/// LoRA runs add [`LORA_FILE`] with the unmerged adapters for resume.
+/// LoRA runs add the unmerged adapters for resume ([`TrainModel::save_adapters`]).
 fn save_weights<M: TrainModel>(
     spec: &CopySpec,
     learner: &dyn Learner<M>,
@@ -322,17 +321,13 @@ fn save_weights<M: TrainModel>(
     let policy = learner.policy();
     match &spec.lora {
         None => policy.save_weights(d)?,
-        Some(_) => merge_lora(policy.clone()).save_weights(d)?,
+        Some(lora) => {
+            merge_lora(policy.clone()).save_weights(d)?;
+            policy.save_adapters(lora, d)?;
+        }
     }
     if let Some(head) = learner.value_head() {
         head.save(&d.join(VALUE_HEAD_FILE)).map_err(saving)?;
-    }
-    if spec.lora.is_some() {
-        let f = d.join(LORA_FILE);
-        policy
-            .clone()
-            .save_file(&f)
-            .map_err(|e| format!("cannot write {}: {e:?}", f.display()))?;
     }
     Ok(())
 }
@@ -347,12 +342,7 @@ fn load_weights<M: TrainModel>(
 ) -> std::result::Result<(M, Option<ValueHead>), lmrl_runs::FillError> {
     let policy = match &spec.lora {
         None => M::load_weights(base, d, device)?,
-        Some(l) => {
-            let f = d.join(LORA_FILE);
-            apply_lora(base.clone(), l)?
-                .try_load_file(&f)
-                .map_err(|e| format!("cannot load the LoRA policy {}: {e:?}", f.display()))?
-        }
+        Some(lora) => M::load_adapters(&base.clone().fork(device), lora, d)?,
     };
     if !spec.learner.has_value_head() {
         return Ok((policy, None));

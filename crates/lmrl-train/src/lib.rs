@@ -52,13 +52,13 @@ pub use assets::{
     asset_cache, load_tokenizer, model_config, pad_id, resolve_path_or_asset, verify_checkpoint,
     verify_model,
 };
-pub use copies::{Copies, CopySpec, LORA_FILE, Llm2Device, POLICY};
+pub use copies::{Copies, CopySpec, Llm2Device, POLICY};
 pub use device::{RankContext, backend_name, select_device, select_devices, select_rank_device};
 pub use error::{Result, TaskError, TrainError, chain, in_section, setting};
 pub use generation::generate_chunked;
 pub use model::{
-    LoadModel, ModelInfo, ModelIoError, RECORD_FILE, TrainModel, load_record, lora_targets,
-    save_record,
+    ADAPTER_DIR, LORA_RECORD_FILE, LoadModel, ModelInfo, ModelIoError, RECORD_FILE, TrainModel,
+    load_record, lora_targets, save_record,
 };
 pub use process::{
     DEFAULT_HOST_MEMORY, HOST_MEMORY_VAR, LOG_VAR, ProcessSettings, WRITE_MODE_VAR, init_logger,

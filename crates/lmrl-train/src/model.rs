@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::tensor::Device;
 use lmrl_data::AssetCache;
-use lmrl_models::{AutoLm, CausalLm, LmTokenizer, LoraConfig, ModelConfig, Pretrained};
+use lmrl_models::{
+    AutoLm, CausalLm, LmTokenizer, LoraConfig, ModelConfig, Pretrained, load_peft_adapter,
+    save_peft_adapter,
+};
 
 use crate::error::{Result, TrainError};
 
@@ -37,7 +40,42 @@ pub trait TrainModel: CausalLm + Clone + Send + Sized {
         let _ = (rank, alpha);
         None
     }
+
+    /// Writes the LoRA adapters of this adapted copy into the checkpoint directory `dir`, for
+    /// an exact resume (the merged weights cannot give them back). The default is burn's
+    /// record of the whole adapted model ([`LORA_RECORD_FILE`]); `AutoLm` writes PEFT's format.
+    fn save_adapters(
+        &self,
+        lora: &LoraConfig,
+        dir: &Path,
+    ) -> std::result::Result<(), ModelIoError> {
+        let _ = lora;
+        let f = dir.join(LORA_RECORD_FILE);
+        self.clone()
+            .save_file(&f)
+            .map_err(|e| format!("cannot write {}: {e:?}", f.display()).into())
+    }
+
+    /// `base` with the adapters [`TrainModel::save_adapters`] wrote into `dir`, exactly.
+    fn load_adapters(
+        base: &Self,
+        lora: &LoraConfig,
+        dir: &Path,
+    ) -> std::result::Result<Self, ModelIoError> {
+        let f = dir.join(LORA_RECORD_FILE);
+        let m = lmrl_models::apply_lora(base.clone(), lora)?
+            .try_load_file(&f)
+            .map_err(|e| format!("cannot load the LoRA policy {}: {e:?}", f.display()))?;
+        Ok(m)
+    }
 }
+
+/// [`TrainModel::save_adapters`]' default file: burn's record of the adapted model.
+pub const LORA_RECORD_FILE: &str = "lora_model.bpk";
+
+/// The subdirectory of a copy's checkpoint where `AutoLm` writes its LoRA adapters in PEFT's
+/// format (`peft.PeftModel.from_pretrained(base, "<copy>/adapter")`).
+pub const ADAPTER_DIR: &str = "adapter";
 
 /// What a task may need to know of the policy before its weights are loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +145,33 @@ impl TrainModel for AutoLm {
     fn lora_targets(&self, rank: usize, alpha: f64) -> Option<LoraConfig> {
         Some(lora_targets(rank, alpha, &self.config()))
     }
+
+    /// PEFT's format in [`ADAPTER_DIR`].
+    fn save_adapters(
+        &self,
+        lora: &LoraConfig,
+        dir: &Path,
+    ) -> std::result::Result<(), ModelIoError> {
+        Ok(save_peft_adapter(self, lora, None, &dir.join(ADAPTER_DIR))?)
+    }
+
+    /// Refuses adapters whose settings differ from the run's.
+    fn load_adapters(
+        base: &Self,
+        lora: &LoraConfig,
+        dir: &Path,
+    ) -> std::result::Result<Self, ModelIoError> {
+        let d = dir.join(ADAPTER_DIR);
+        let (model, saved) = load_peft_adapter(base.clone(), &d)?;
+        if !saved.same_adapters(lora) {
+            return Err(format!(
+                "the adapters in {} were made with {saved:?}, but this run's LoRA settings are {lora:?}",
+                d.display()
+            )
+            .into());
+        }
+        Ok(model)
+    }
 }
 
 impl LoadModel for AutoLm {
@@ -130,15 +195,7 @@ impl LoadModel for AutoLm {
 }
 
 /// The LoRA adapters of `rank`: every attention and MLP projection (Llama) or every GPT-2
-/// projection, scale α / rank.
+/// projection, scale α / rank ([`LoraConfig::for_model`]).
 pub fn lora_targets(rank: usize, alpha: f64, model: &ModelConfig) -> LoraConfig {
-    match model {
-        ModelConfig::Llama(_) => LoraConfig::attention_and_mlp(rank, alpha),
-        ModelConfig::Gpt2(_) => LoraConfig {
-            rank,
-            alpha,
-            target_modules: ["c_attn", "c_proj", "c_fc"].map(String::from).to_vec(),
-            init_std: None,
-        },
-    }
+    LoraConfig::for_model(model, rank, alpha)
 }

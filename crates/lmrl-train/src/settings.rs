@@ -58,6 +58,14 @@ pub struct RunSettings {
     /// LoRA scale α (the update is scaled by α / rank).
     #[arg(long)]
     pub lora_alpha: f64,
+    /// LoRA dropout on the adapters' input while training (PEFT's `lora_dropout`; 0 = none).
+    #[arg(long)]
+    #[serde(default)]
+    pub lora_dropout: f64,
+    /// rsLoRA: scale the adapters by α / √rank instead of α / rank (PEFT's `use_rslora`).
+    #[arg(long)]
+    #[serde(default)]
+    pub lora_rslora: bool,
     /// Prompts per generation call.
     #[arg(long)]
     pub generation_batch_size: usize,
@@ -129,6 +137,9 @@ impl RunSettings {
         }
         if self.lora_rank > 0 && !(self.lora_alpha.is_finite() && self.lora_alpha > 0.0) {
             return Err(setting("run.lora_alpha", "must be a positive number"));
+        }
+        if !(0.0..1.0).contains(&self.lora_dropout) {
+            return Err(setting("run.lora_dropout", "must be in [0, 1)"));
         }
         Ok(())
     }
