@@ -67,8 +67,9 @@ pub mod prelude {
     pub use burn::module::Module;
     pub use burn::tensor::{Device, Int, Tensor};
     pub use lmrl_models::{
-        AutoLm, CausalLm, GenerationConfig, LlamaConfig, LmTokenizer, LmWithValueHead, ModelConfig,
-        Pretrained, Sampling, ValueHeadInit, generate,
+        AutoLm, CausalLm, GenerationConfig, LlamaConfig, LmTokenizer, LmWithValueHead, LoraConfig,
+        ModelConfig, Pretrained, Sampling, ValueHeadInit, apply_lora, generate, load_peft_adapter,
+        merge_lora, save_peft_adapter,
     };
     pub use lmrl_rewards::{Reward, RewardError, Sample};
     pub use lmrl_rl::{
