@@ -50,10 +50,7 @@ pub trait TrainModel: CausalLm + Clone + Send + Sized {
         dir: &Path,
     ) -> std::result::Result<(), ModelIoError> {
         let _ = lora;
-        let f = dir.join(LORA_RECORD_FILE);
-        self.clone()
-            .save_file(&f)
-            .map_err(|e| format!("cannot write {}: {e:?}", f.display()).into())
+        write_record(self, &dir.join(LORA_RECORD_FILE))
     }
 
     /// `base` with the adapters [`TrainModel::save_adapters`] wrote into `dir`, exactly.
@@ -62,11 +59,8 @@ pub trait TrainModel: CausalLm + Clone + Send + Sized {
         lora: &LoraConfig,
         dir: &Path,
     ) -> std::result::Result<Self, ModelIoError> {
-        let f = dir.join(LORA_RECORD_FILE);
-        let m = lmrl_models::apply_lora(base.clone(), lora)?
-            .try_load_file(&f)
-            .map_err(|e| format!("cannot load the LoRA policy {}: {e:?}", f.display()))?;
-        Ok(m)
+        let adapted = lmrl_models::apply_lora(base.clone(), lora)?;
+        read_record(adapted, &dir.join(LORA_RECORD_FILE))
     }
 }
 
@@ -103,11 +97,7 @@ pub trait LoadModel: TrainModel {
 /// Writes `model` into `dir/model.bpk` with burn's recorder: a [`TrainModel::save_weights`] for
 /// a model of one's own.
 pub fn save_record<M: Module>(model: &M, dir: &Path) -> std::result::Result<(), ModelIoError> {
-    let f = dir.join(RECORD_FILE);
-    model
-        .clone()
-        .save_file(&f)
-        .map_err(|e| format!("cannot write {}: {e:?}", f.display()).into())
+    write_record(model, &dir.join(RECORD_FILE))
 }
 
 /// Reads what [`save_record`] wrote in `dir` into a copy of `base`'s structure, on `device`.
@@ -116,13 +106,22 @@ pub fn load_record<M: Module>(
     dir: &Path,
     device: &Device,
 ) -> std::result::Result<M, ModelIoError> {
-    let f = dir.join(RECORD_FILE);
-    let m = base
+    read_record(base.clone().fork(device), &dir.join(RECORD_FILE))
+}
+
+/// `model` as burn's record in file `f`.
+fn write_record<M: Module>(model: &M, f: &Path) -> std::result::Result<(), ModelIoError> {
+    model
         .clone()
-        .fork(device)
-        .try_load_file(&f)
-        .map_err(|e| format!("cannot load {}: {e:?}", f.display()))?;
-    Ok(m)
+        .save_file(f)
+        .map_err(|e| format!("cannot write {}: {e:?}", f.display()).into())
+}
+
+/// The record in file `f` loaded into `model`'s structure.
+fn read_record<M: Module>(model: M, f: &Path) -> std::result::Result<M, ModelIoError> {
+    model
+        .try_load_file(f)
+        .map_err(|e| format!("cannot load {}: {e:?}", f.display()).into())
 }
 
 /// The file of [`save_record`].
