@@ -23,8 +23,12 @@ LR="${LR:-5e-5}"
 ITERS="${ITERS:-45}"
 # The collapse runs are shorter: at these learning rates a collapse shows within 30 iterations.
 COLLAPSE_ITERS="${COLLAPSE_ITERS:-30}"
+# The settings of the committed sweeps, pinned where the app's defaults have changed since
+# (responses of 4–15 tokens, role exchange every 5 iterations, no held-out reviews).
 COMMON=(--adap-kl-ctrl false --use-score-norm true --use-score-scaling true
-  --repetition-penalty 1.0 --strip-eos true --checkpoint-every 15 --samples-every 5)
+  --repetition-penalty 1.0 --strip-eos true --checkpoint-every 15 --samples-every 5
+  --response-tokens-min 4 --response-tokens-max 15 --swap-period 5
+  --heldout-reviews 0 --eval-samples 0)
 
 # Runs are independent and a run's rows do not depend on the number of threads (only its
 # `seconds` column does), so the runs of a sweep are spread over JOBS processes of one thread

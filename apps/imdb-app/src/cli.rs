@@ -30,6 +30,11 @@ pub enum Command {
     Score(ScoreArgs),
     /// Continue a prompt with a trained checkpoint (or any model).
     Generate(GenerateArgs),
+    /// The held-out task reward of a run: every copy of its latest checkpoint and its base model
+    /// continue review openings (by default the run's own held-out ones, never trained on),
+    /// each opening several times; prints and writes mean ± sem over openings, the gain over the
+    /// base model (paired by opening), P(POS), the repetition rate and every scored sample.
+    Eval(EvalArgs),
     /// Train every combination of algorithm × initial KL coefficient × seed into
     /// subdirectories and draw the reward–KL frontier (mean ± std over seeds). Finished runs are
     /// skipped and interrupted ones resumed, so rerunning the same command continues a sweep.
@@ -115,6 +120,45 @@ pub struct GenerateArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Asset cache directory.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Compute device: `cpu`, `cuda:N` or `wgpu:N`.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A run directory (every copy of its latest checkpoint, and the run's base model), one of
+    /// its checkpoints (`<run>/checkpoints/iter-N`), or one model (a Hugging Face directory such
+    /// as `<checkpoint>/llm1`, a `.gguf` file or a named asset).
+    #[arg(long)]
+    pub model: String,
+    /// Review openings to continue: JSON lines with `text`, or plain text, one opening per line
+    /// (default: the run's held-out openings, `<run>/heldout.jsonl`).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// The base model the copies are compared with (default: the run's `--model`; for one
+    /// model, none unless given).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Continuations sampled per opening.
+    #[arg(long, default_value_t = 4)]
+    pub samples: usize,
+    /// Tokens per continuation (default: the run's `response_tokens_max`, else 15).
+    #[arg(long)]
+    pub max_new_tokens: Option<usize>,
+    /// Reward (default: the run's, else `textcat`).
+    #[arg(long)]
+    pub reward: Option<String>,
+    /// Sampling seed (every model gets the same sampling streams).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Directory for `eval.json`, `eval.csv`, `eval.md` and `eval-samples.jsonl` (default:
+    /// `<run>/eval-<prompts file name>`, or `imdb-eval` for one model).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Asset cache directory.
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,

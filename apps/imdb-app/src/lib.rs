@@ -7,6 +7,8 @@
 pub mod analyze;
 pub mod cli;
 pub mod config;
+pub mod eval;
+pub mod eval_cmd;
 pub mod generate;
 pub mod score;
 pub mod stats;
@@ -31,6 +33,7 @@ pub fn run(matches: &ArgMatches) -> Result<ExitCode> {
         (Some(Command::Train(args)), Some((_, sub))) => train(sub, &args),
         (Some(Command::Score(args)), _) => score::run(&args),
         (Some(Command::Generate(args)), _) => generate::run(&args),
+        (Some(Command::Eval(args)), _) => eval_cmd::run(&args),
         (Some(Command::Sweep(args)), Some((_, sub))) => sweep::run(sub, &args),
         (Some(Command::Analyze(args)), _) => analyze::run(&args),
         (Some(_), None) => unreachable!("clap gives a subcommand's matches with the subcommand"),

@@ -14,10 +14,12 @@ use lmrl_rewards::{
     DistilBertReward, Reward, SentimentContext, TextCat, TextCatScore, TextScorer, Vader,
 };
 use lmrl_rl::Prompt;
-use lmrl_train::{Task, TaskEnv, TaskError, TrainConfig, iter_rng, stream};
+use lmrl_runs::Level;
+use lmrl_train::{Stage, Task, TaskEnv, TaskError, TrainConfig, iter_rng, stream};
 use rand::Rng;
 
 use crate::config::{ImdbConfig, ImdbSettings};
+use crate::eval::{self, EvalRow, EvalSettings, Opening};
 
 /// A sentiment reward by name: `textcat`, `textcat-prob`, `vader`, or `distilbert:DIR` (a
 /// directory or lexicon may follow `textcat:` and `vader:` too).
@@ -44,6 +46,23 @@ pub fn load_reward(spec: &str, cache: &AssetCache, device: &Device) -> Result<Bo
     })
 }
 
+/// The IMDB classifier behind a `textcat` / `textcat-prob` reward (for P(POS)); none for
+/// other rewards.
+pub fn load_textcat(spec: &str, cache: &AssetCache) -> Result<Option<TextCat>> {
+    let (kind, arg) = match spec.split_once([':', '=']) {
+        Some((k, a)) => (k, Some(a)),
+        None => (spec, None),
+    };
+    if kind != "textcat" && kind != "textcat-prob" {
+        return Ok(None);
+    }
+    let dir = match arg {
+        Some(d) => d.into(),
+        None => cache.resolve("imdb-textcat")?,
+    };
+    Ok(Some(TextCat::load(&dir)?))
+}
+
 /// Names each skipped row (`path:line: reason`; the first [`SHOWN_SKIPPED`]) and the count.
 fn report_skipped(skipped: &[lmrl_data::DataError], path: &std::path::Path) {
     for e in skipped.iter().take(SHOWN_SKIPPED) {
@@ -64,14 +83,26 @@ fn report_skipped(skipped: &[lmrl_data::DataError], path: &std::path::Path) {
 /// Skipped rows named one by one before the count.
 const SHOWN_SKIPPED: usize = 20;
 
+/// The seed of the held-out openings' lengths: one set of openings for every run seed.
+const HELDOUT_SEED: u64 = 0;
+
+/// The prompts of a run: training prompts and held-out openings.
+pub struct Prompts {
+    pub train: Vec<Prompt<SentimentContext>>,
+    pub heldout: Vec<Opening>,
+}
+
 /// Reads every review source and builds the prompts (the first 2–7 tokens of each review),
-/// each carrying its plain query as the reward's context.
+/// each carrying its plain query as the reward's context. The `heldout_reviews` reviews whose
+/// text hashes lowest ([`review_hash`], the same reviews for every seed) give the held-out
+/// openings instead (lengths drawn with [`HELDOUT_SEED`]); a training prompt whose text equals
+/// a held-out opening is dropped too, so no held-out text is ever trained on.
 pub fn load_prompts(
     t: &ImdbSettings,
     seed: u64,
     cache: &AssetCache,
     tok: &LmTokenizer,
-) -> Result<Vec<Prompt<SentimentContext>>> {
+) -> Result<Prompts> {
     let mut reviews: Vec<Review> = Vec::new();
     for src in &t.data {
         let path = lmrl_train::resolve_path_or_asset(cache, src)?;
@@ -85,7 +116,17 @@ pub fn load_prompts(
         report_skipped(&report.skipped, &path);
         reviews.extend(report.items);
     }
-    let pc = PromptConfig {
+    let total = reviews.len();
+    let (heldout, train) = split_heldout(reviews, t.heldout_reviews, t.min_review_chars);
+    if t.heldout_reviews > 0 && train.len() * 2 < total {
+        bail!(
+            "imdb.heldout_reviews = {} holds out {} of the {total} reviews, more than half: \
+             lower it (--heldout-reviews) or add reviews",
+            t.heldout_reviews,
+            heldout.len()
+        );
+    }
+    let pc = |seed| PromptConfig {
         min_chars: t.min_review_chars,
         min_tokens: t.prompt_tokens_min,
         max_tokens: t.prompt_tokens_max,
@@ -94,20 +135,58 @@ pub fn load_prompts(
     };
     let encode = |s: &str| tok.encode(s).unwrap_or_default();
     let decode = |ids: &[u32]| tok.decode(ids).unwrap_or_default();
-    Ok(build_prompts(&reviews, &pc, &encode, &decode)?
+    let heldout: Vec<Opening> = build_prompts(&heldout, &pc(HELDOUT_SEED), &encode, &decode)?
         .into_iter()
+        .map(|p| Opening { text: p.query })
+        .collect();
+    let held: std::collections::BTreeSet<&str> = heldout.iter().map(|o| o.text.as_str()).collect();
+    let train = build_prompts(&train, &pc(seed), &encode, &decode)?
+        .into_iter()
+        .filter(|p| !held.contains(p.query.as_str()))
         .map(|p| Prompt {
             context: SentimentContext::new(p.query.clone()),
             text: p.query,
             ids: p.input_ids,
         })
-        .collect())
+        .collect();
+    Ok(Prompts { train, heldout })
+}
+
+/// FNV-1a (64-bit) of a review's text: a fixed, platform-independent order to hold reviews out
+/// by, unrelated to their source order or label.
+pub fn review_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// (held-out, training) reviews: the `n` eligible reviews (longer than `min_chars`) with the
+/// lowest [`review_hash`], and every review whose text is not one of theirs, each in source
+/// order.
+fn split_heldout(reviews: Vec<Review>, n: usize, min_chars: usize) -> (Vec<Review>, Vec<Review>) {
+    let mut hashes: Vec<u64> = reviews
+        .iter()
+        .filter(|r| r.text.chars().count() > min_chars)
+        .map(|r| review_hash(&r.text))
+        .collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    hashes.truncate(n);
+    let held: std::collections::BTreeSet<u64> = hashes.into_iter().collect();
+    reviews
+        .into_iter()
+        .partition(|r| held.contains(&review_hash(&r.text)))
 }
 
 /// The IMDB task of one run.
 pub struct ImdbTask {
     prompts: Vec<Prompt<SentimentContext>>,
+    heldout: Vec<Opening>,
     reward: Box<dyn TextScorer>,
+    /// The classifier for the held-out P(POS), when the reward is that classifier.
+    textcat: Option<TextCat>,
+    tokenizer: LmTokenizer,
+    device: Device,
     settings: ImdbSettings,
     seed: u64,
     /// The ids generation stops on (EOS first).
@@ -130,7 +209,11 @@ impl ImdbTask {
             ),
         }
         let reward = load_reward(&cfg.imdb.reward, env.cache, env.device)?;
-        let prompts = load_prompts(&cfg.imdb, cfg.run.seed, env.cache, env.tokenizer)?;
+        let textcat = load_textcat(&cfg.imdb.reward, env.cache)?;
+        let Prompts {
+            train: prompts,
+            heldout,
+        } = load_prompts(&cfg.imdb, cfg.run.seed, env.cache, env.tokenizer)?;
         let batch = cfg.prompts_drawn();
         if prompts.len() < batch {
             bail!(
@@ -143,20 +226,118 @@ impl ImdbTask {
         let eos = env.tokenizer.eos_token_ids();
         if env.rank == 0 {
             eprintln!(
-                "{} prompts ({} iterations per epoch of {batch}), reward {}",
+                "{} prompts ({} iterations per epoch of {batch}), {} held-out openings, reward {}",
                 prompts.len(),
                 prompts.len() / batch,
+                heldout.len(),
                 TextScorer::name(&reward)
             );
         }
         Ok(Self {
             prompts,
+            heldout,
             reward,
+            textcat,
+            tokenizer: env.tokenizer.clone(),
+            device: env.device.clone(),
             settings: cfg.imdb.clone(),
             seed: cfg.run.seed,
             eos,
             pad: env.pad_id,
         })
+    }
+
+    fn eval_settings(&self) -> EvalSettings {
+        EvalSettings {
+            samples: self.settings.eval_samples,
+            max_new_tokens: self.settings.response_tokens_max,
+            seed: self.seed,
+            eos: self.eos.clone(),
+            pad: self.pad,
+            strip_eos: self.settings.strip_eos,
+        }
+    }
+
+    /// Writes the held-out openings and, before training, the base model's held-out reward
+    /// (also the plots' reference level); after it, every copy's, with its gain over the base
+    /// model when the "before" row is there. The "after" rows replace any earlier ones (a
+    /// resumed run that finishes again).
+    fn evaluate_heldout<M: lmrl_models::CausalLm>(
+        &self,
+        stage: Stage,
+        copies: &[(&str, &M)],
+        out: &Path,
+    ) -> Result<()> {
+        if self.heldout.is_empty() {
+            return Ok(());
+        }
+        if stage == Stage::Before {
+            eval::write_openings(&out.join(eval::HELDOUT_FILE), &self.heldout)?;
+        }
+        if self.settings.eval_samples == 0 {
+            return Ok(());
+        }
+        let name = match stage {
+            Stage::Before => "before",
+            Stage::After => "after",
+        };
+        // Before training the table starts afresh; after it, the "before" rows stay.
+        let keep = |s: &str| stage == Stage::After && s == "before";
+        let mut rows: Vec<EvalRow> = eval::read_eval(out)?
+            .into_iter()
+            .filter(|r| keep(&r.stage))
+            .collect();
+        let mut samples = eval::read_samples(out, keep)?;
+        let base = rows
+            .iter()
+            .find(|r| r.stage == "before" && r.agent == "base")
+            .map(|r| r.per_opening.clone());
+        let ids = eval::encode_openings(&self.tokenizer, &self.heldout)?;
+        let scorer = eval::Scorer {
+            reward: &*self.reward,
+            textcat: self.textcat.as_ref(),
+        };
+        for (agent, lm) in copies {
+            let (row, lines) = eval::evaluate(
+                (name, agent),
+                *lm,
+                &self.tokenizer,
+                &self.heldout,
+                &ids,
+                &scorer,
+                &self.eval_settings(),
+                base.as_deref(),
+                &self.device,
+            )?;
+            eprintln!(
+                "{name} training, {agent}: held-out task reward {:+.3} ± {:.3} on {} openings",
+                row.reward, row.reward_sem, row.openings
+            );
+            if stage == Stage::Before {
+                let label = format!("base model, held-out ({} openings)", row.openings);
+                lmrl_runs::write_levels(
+                    out,
+                    &[Level {
+                        label,
+                        value: row.reward,
+                    }],
+                )?;
+            }
+            rows.push(row);
+            samples.extend(lines);
+        }
+        eval::write_eval(out, &rows, &samples)?;
+        if stage == Stage::After {
+            println!(
+                "held-out task reward ({} openings never trained on × {} samples, {} tokens, reward {}):\n\n{}",
+                self.heldout.len(),
+                self.settings.eval_samples,
+                self.settings.response_tokens_max,
+                TextScorer::name(&self.reward),
+                eval::markdown(&rows)
+            );
+        }
+        Ok(())
     }
 
     /// Builds the task for the training loop (errors as the loop's task errors).
@@ -203,6 +384,18 @@ impl<M: lmrl_models::CausalLm> Task<M> for ImdbTask {
         }
     }
 
+    /// The held-out task reward of the base model before training and of every copy after it
+    /// ([`crate::eval`]).
+    fn evaluate(
+        &self,
+        stage: Stage,
+        copies: &[(&str, &M)],
+        out: &Path,
+    ) -> std::result::Result<(), TaskError> {
+        self.evaluate_heldout(stage, copies, out)
+            .map_err(|e| e.into_boxed_dyn_error())
+    }
+
     /// The response as the reference scores it (`batch_decode` keeps the EOS text), or without
     /// the EOS text with `strip_eos`.
     fn decode(
@@ -219,5 +412,54 @@ impl<M: lmrl_models::CausalLm> Task<M> for ImdbTask {
             .filter(|i| !self.eos.contains(i))
             .collect();
         tokenizer.decode(&kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(text: &str) -> Review {
+        Review {
+            text: text.into(),
+            label: None,
+        }
+    }
+
+    #[test]
+    fn review_hash_is_fnv1a_64() {
+        // The published FNV-1a test vectors.
+        assert_eq!(review_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(review_hash("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(review_hash("foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn the_lowest_hashing_long_reviews_are_held_out_with_their_duplicates() {
+        let texts: Vec<String> = (0..20)
+            .map(|i| format!("review number {i} is long"))
+            .collect();
+        let mut reviews: Vec<Review> = texts.iter().map(|t| review(t)).collect();
+        reviews.push(review("short"));
+        let mut by_hash = texts.clone();
+        by_hash.sort_by_key(|t| review_hash(t));
+        // A duplicate of the lowest-hashing review goes with it.
+        reviews.push(review(&by_hash[0]));
+        let (held, train) = split_heldout(reviews, 3, 10);
+        let held: Vec<&str> = held.iter().map(|r| r.text.as_str()).collect();
+        let mut want: Vec<&str> = by_hash[..3].iter().map(String::as_str).collect();
+        want.push(&by_hash[0]);
+        let mut sorted = held.clone();
+        sorted.sort();
+        want.sort();
+        assert_eq!(sorted, want);
+        assert_eq!(train.len(), 21 + 1 - 4);
+        assert!(
+            train.iter().any(|r| r.text == "short"),
+            "short reviews are never held out"
+        );
+        assert!(train.iter().all(|r| !held.contains(&r.text.as_str())));
+        let (none, all) = split_heldout(vec![review("x"), review("y")], 0, 0);
+        assert!(none.is_empty() && all.len() == 2);
     }
 }

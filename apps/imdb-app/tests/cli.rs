@@ -198,6 +198,10 @@ fn train_args<'a>(s: &'a Setup, algo: &'a str, out: &'a str, iterations: &'a str
         "1",
         "--seed",
         "7",
+        "--heldout-reviews",
+        "4",
+        "--eval-samples",
+        "2",
         "--out",
         out,
     ];
@@ -341,6 +345,127 @@ fn cory_run_names_copies_across_role_exchanges() {
     assert_eq!(state["completed_iterations"].as_integer(), Some(3));
     // After 3 swaps of period 1, llm2 is the pioneer (first entry).
     assert_eq!(state["agents"][0]["name"].as_str(), Some("llm2"));
+}
+
+fn eval_rows(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The held-out openings never appear as a training prompt; the base model is evaluated before
+/// training (the plots' reference level) and every copy after it, each copy's gain being its
+/// paired difference to the base; `eval` on the finished run reproduces those rows from the
+/// saved checkpoint, and evaluates one model on a plain-text file of openings.
+#[test]
+fn heldout_openings_are_never_trained_on_and_eval_reproduces_the_run() {
+    let s = setup();
+    let out = s.root.join("cory-heldout");
+    let o = run(&train_args(&s, "cory", out.to_str().unwrap(), "2"));
+    assert!(o.status.success());
+    let held: Vec<String> = std::fs::read_to_string(out.join("heldout.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(held.len() >= 4, "{held:?}");
+    let samples = std::fs::read_to_string(out.join("samples.jsonl")).unwrap();
+    for l in samples.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        if v["role"] == "pioneer" {
+            let p = v["prompt"].as_str().unwrap();
+            assert!(
+                !held.iter().any(|h| h == p),
+                "trained on held-out opening {p:?}"
+            );
+        }
+    }
+    let rows = eval_rows(&out.join("eval.json"));
+    let names: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["stage"].as_str().unwrap(), r["agent"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [("before", "base"), ("after", "llm1"), ("after", "llm2")]
+    );
+    let base = rows[0]["reward"].as_f64().unwrap();
+    for r in &rows[1..] {
+        let gain = r["gain"].as_f64().unwrap();
+        let diff = r["reward"].as_f64().unwrap() - base;
+        assert!(
+            (gain - diff).abs() < 1e-9,
+            "paired gain {gain} vs difference {diff}"
+        );
+        assert_eq!(r["openings"].as_u64(), Some(held.len() as u64));
+        assert_eq!(r["per_opening"].as_array().unwrap().len(), held.len());
+    }
+    let levels: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("levels.json")).unwrap()).unwrap();
+    assert_eq!(levels[0]["value"].as_f64(), Some(base));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["evaluation"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        std::fs::read_to_string(out.join("eval-samples.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        3 * 2 * held.len()
+    );
+
+    // The same seed, samples and length outside the loop: the same rows.
+    let o = run(&[
+        "eval",
+        "--model",
+        out.to_str().unwrap(),
+        "--samples",
+        "2",
+        "--seed",
+        "7",
+    ]);
+    assert!(o.status.success());
+    let again = eval_rows(&out.join("eval-heldout/eval.json"));
+    assert_eq!(again.len(), 3);
+    for (a, b) in again.iter().zip(&rows) {
+        assert_eq!(a["agent"], b["agent"]);
+        assert_eq!(a["per_opening"], b["per_opening"], "{}", a["agent"]);
+    }
+    assert!(String::from_utf8_lossy(&o.stdout).contains("gain over base"));
+
+    // One model on a plain-text file of openings, compared with a given base.
+    let prompts = s.root.join("openings.txt");
+    std::fs::write(&prompts, "the movie was\n\nthe acting\n").unwrap();
+    let one = out.join("checkpoints/iter-000002/llm2");
+    let dest = s.root.join("one-eval");
+    let o = run(&[
+        "eval",
+        "--model",
+        one.to_str().unwrap(),
+        "--base",
+        s.model.to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--samples",
+        "3",
+        "--out",
+        dest.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let r = eval_rows(&dest.join("eval.json"));
+    assert_eq!(r.len(), 2);
+    assert_eq!(
+        (r[1]["openings"].as_u64(), r[1]["samples"].as_u64()),
+        (Some(2), Some(3))
+    );
+    // Without a run, the openings must be given.
+    let o = run(&["eval", "--model", one.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--prompts"));
 }
 
 #[test]

@@ -18,13 +18,17 @@ fn every_flag_at_the_integer_edges_is_refused_cleanly() {
     });
     assert_eq!(
         names,
-        ["", "train", "score", "generate", "sweep", "analyze"]
+        ["", "train", "score", "generate", "eval", "sweep", "analyze"]
     );
     let own = [
         (Some("train"), "response-tokens-max"),
         (Some("sweep"), "seeds"),
         (Some("generate"), "num"),
         (Some("generate"), "max-new-tokens"),
+        (Some("train"), "heldout-reviews"),
+        (Some("train"), "eval-samples"),
+        (Some("eval"), "samples"),
+        (Some("eval"), "max-new-tokens"),
     ];
     assert_integer_flags(&outcomes, &[&RUN_FLAGS[..], &own].concat(), &PAST_I64);
 }

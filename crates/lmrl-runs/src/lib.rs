@@ -20,7 +20,7 @@ pub use files::{atomic_write, remove_stale_temporaries, write_toml};
 pub use manifest::{MANIFEST_FILE, Verified, hash_file, verify, write_manifest};
 pub use metrics::{MetricRow, MetricsLog, SamplesLog, final_rows, mean, read_rows};
 pub use plots::{
-    CurveGroup, FrontierPoint, draw_run, mean_std, mean_std_by_x, plot_curves, plot_frontier,
-    plot_run,
+    CurveGroup, FrontierPoint, LEVELS_FILE, Level, SMOOTHING, draw_run, mean_std, mean_std_by_x,
+    plot_curves, plot_frontier, plot_run, read_levels, write_levels,
 };
 pub use run_state::{AgentState, STATE_FILE, STATE_FORMAT, TrainState};

@@ -6,6 +6,8 @@ use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{Result, RunError};
 use crate::metrics::MetricRow;
 
@@ -22,40 +24,129 @@ const COLORS: [RGBColor; 6] = [
 /// A named series of (x, y) points.
 type Series = (String, Vec<(f64, f64)>);
 
-/// Draws `task_reward`, `kl` and `combined_reward` against iteration (one line per agent) and
-/// task reward against KL, each as `<name>.png` and `<name>.svg` in `dir`.
-pub fn plot_run(rows: &[MetricRow], dir: &Path) -> Result<()> {
-    type Pick = fn(&MetricRow) -> f64;
-    let panels: [(&str, &str, Pick); 3] = [
-        ("task_reward", "task reward", |r| r.task_reward),
-        ("kl", "KL (nats)", |r| r.kl),
-        ("combined_reward", "task reward − β·KL", |r| {
-            r.combined_reward
-        }),
-    ];
-    for (name, label, pick) in panels {
-        let series = by_agent(rows, |r| (r.iteration as f64, pick(r)));
-        draw_lines(dir, name, "iteration", label, &series, false)?;
-    }
-    let series = by_agent(rows, |r| (r.kl, r.task_reward));
-    draw_lines(
-        dir,
-        "reward_vs_kl",
-        "KL (nats)",
-        "task reward",
-        &series,
-        true,
-    )
+/// A horizontal reference line on a run's task-reward plot, e.g. the base model's held-out
+/// task reward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    pub label: String,
+    pub value: f64,
 }
 
-/// Redraws the plots of run directory `out` from its `metrics.csv` ([`plot_run`]); nothing
-/// when it has no rows yet.
+/// The run directory's reference levels ([`write_levels`]), drawn by [`draw_run`].
+pub const LEVELS_FILE: &str = "levels.json";
+
+/// Iterations averaged by the bold curves of a run's plots: a centred moving average, shorter
+/// at the ends. One batch of 16 has a reward standard error of ≈ 0.2, as large as what a
+/// run of 15 iterations moves, so the raw per-iteration line alone reads as noise.
+pub const SMOOTHING: usize = 5;
+
+/// Writes the reference levels of run directory `out`, replacing any earlier ones.
+pub fn write_levels(out: &Path, levels: &[Level]) -> Result<()> {
+    let text = serde_json::to_string_pretty(levels).expect("levels serialise");
+    crate::atomic_write(&out.join(LEVELS_FILE), text.as_bytes())
+}
+
+/// The reference levels of run directory `out` (none when it has no [`LEVELS_FILE`]).
+pub fn read_levels(out: &Path) -> Result<Vec<Level>> {
+    let path = out.join(LEVELS_FILE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(&path).map_err(crate::error::io("read", &path))?;
+    serde_json::from_str(&text).map_err(|e| RunError::Format {
+        path: path.clone(),
+        reason: format!("expected a list of {{\"label\", \"value\"}}: {e}"),
+    })
+}
+
+/// Draws `task_reward`, `kl` and `combined_reward` against iteration — per agent the raw
+/// values as a faint line and their [`SMOOTHING`]-iteration moving average in bold, role
+/// exchanges (an agent's role differs from its previous row's) as dashed verticals, `levels`
+/// as dashed horizontals on the task reward — and task reward against KL, each as
+/// `<name>.png` and `<name>.svg` in `dir`.
+pub fn plot_run(rows: &[MetricRow], levels: &[Level], dir: &Path) -> Result<()> {
+    type Pick = fn(&MetricRow) -> f64;
+    let panels: [(&str, &str, Pick, bool); 3] = [
+        ("task_reward", "task reward", |r| r.task_reward, true),
+        ("kl", "KL (nats)", |r| r.kl, false),
+        (
+            "combined_reward",
+            "task reward − β·KL",
+            |r| r.combined_reward,
+            false,
+        ),
+    ];
+    let exchanges = role_exchanges(rows);
+    for (name, label, pick, with_levels) in panels {
+        let series = by_agent(rows, |r| (r.iteration as f64, pick(r)));
+        let spec = LineSpec {
+            title: name,
+            xlabel: "iteration",
+            ylabel: label,
+            series: &series,
+            style: LineStyle::Smoothed {
+                exchanges: &exchanges,
+                levels: if with_levels { levels } else { &[] },
+            },
+        };
+        draw_spec(dir, name, &spec)?;
+    }
+    let series = by_agent(rows, |r| (r.kl, r.task_reward));
+    let spec = LineSpec {
+        title: "reward_vs_kl",
+        xlabel: "KL (nats)",
+        ylabel: "task reward",
+        series: &series,
+        style: LineStyle::Points,
+    };
+    draw_spec(dir, "reward_vs_kl", &spec)
+}
+
+/// Redraws the plots of run directory `out` from its `metrics.csv` and [`LEVELS_FILE`]
+/// ([`plot_run`]); nothing when it has no rows yet.
 pub fn draw_run(out: &Path) -> Result<()> {
     let rows = crate::metrics::read_rows(&out.join("metrics.csv"))?;
     if !rows.is_empty() {
-        plot_run(&rows, out)?;
+        plot_run(&rows, &read_levels(out)?, out)?;
     }
     Ok(())
+}
+
+/// The x positions (half-way between iterations) where some agent's role changes.
+fn role_exchanges(rows: &[MetricRow]) -> Vec<f64> {
+    let mut last: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
+    let mut at = std::collections::BTreeSet::new();
+    for r in rows {
+        if let Some((it, role)) = last.insert(&r.agent, (r.iteration, &r.role))
+            && role != r.role
+            && it < r.iteration
+        {
+            at.insert(r.iteration);
+        }
+    }
+    at.into_iter().map(|it| it as f64 - 0.5).collect()
+}
+
+/// The centred moving average of `pts` (sorted by x) over `window` points, shorter at the ends.
+fn moving_average(pts: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let half = window / 2;
+    (0..pts.len())
+        .map(|i| {
+            let lo = i.saturating_sub(half);
+            let hi = (i + half + 1).min(pts.len());
+            let ys: Vec<f64> = pts[lo..hi]
+                .iter()
+                .map(|p| p.1)
+                .filter(|y| y.is_finite())
+                .collect();
+            let y = if ys.is_empty() {
+                f64::NAN
+            } else {
+                ys.iter().sum::<f64>() / ys.len() as f64
+            };
+            (pts[i].0, y)
+        })
+        .collect()
 }
 
 fn by_agent(rows: &[MetricRow], xy: impl Fn(&MetricRow) -> (f64, f64)) -> Vec<Series> {
@@ -112,23 +203,9 @@ fn encode_png(path: &Path, rgb: &[u8]) -> PlotResult<()> {
     Ok(())
 }
 
-fn draw_lines(
-    dir: &Path,
-    name: &str,
-    xlabel: &str,
-    ylabel: &str,
-    series: &[Series],
-    points_only: bool,
-) -> Result<()> {
+fn draw_spec(dir: &Path, name: &str, spec: &LineSpec<'_>) -> Result<()> {
     let png = dir.join(format!("{name}.png"));
     let svg = dir.join(format!("{name}.svg"));
-    let spec = LineSpec {
-        title: name,
-        xlabel,
-        ylabel,
-        series,
-        points_only,
-    };
     write_png(&png, |area| spec.draw(area))?;
     spec.draw(SVGBackend::new(&svg, SIZE).into_drawing_area())
         .map_err(|e| plot_err(&svg, e))
@@ -207,18 +284,30 @@ fn axes<'a, DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xr, yr)?;
+    let mut chart = chart_on(area, title, xr, yr)?;
     chart
         .configure_mesh()
         .x_desc(xlabel)
         .y_desc(ylabel)
         .draw()?;
     Ok(chart)
+}
+
+fn chart_on<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    xr: std::ops::Range<f64>,
+    yr: std::ops::Range<f64>,
+) -> PlotResult<Chart<'a, DB>>
+where
+    DB::ErrorType: 'static,
+{
+    Ok(ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xr, yr)?)
 }
 
 fn legend_and_present<'a, DB: DrawingBackend + 'a>(
@@ -284,7 +373,17 @@ struct LineSpec<'a> {
     xlabel: &'a str,
     ylabel: &'a str,
     series: &'a [Series],
-    points_only: bool,
+    style: LineStyle<'a>,
+}
+
+enum LineStyle<'a> {
+    /// One marker per point (task reward against KL).
+    Points,
+    /// Against iteration: raw and smoothed lines, role exchanges, reference levels.
+    Smoothed {
+        exchanges: &'a [f64],
+        levels: &'a [Level],
+    },
 }
 
 impl LineSpec<'_> {
@@ -296,22 +395,108 @@ impl LineSpec<'_> {
         DB::ErrorType: 'static,
     {
         area.fill(&WHITE)?;
+        let levels: &[Level] = match self.style {
+            LineStyle::Smoothed { levels, .. } => levels,
+            LineStyle::Points => &[],
+        };
         let all = self.series.iter().flat_map(|(_, p)| p.iter().copied());
-        let (xr, yr) = ranges(all);
-        let mut chart = axes(&area, self.title, (self.xlabel, xr), (self.ylabel, yr))?;
+        let (xr, yr) = ranges(all.chain(levels.iter().filter_map(|l| {
+            let x = self.series.first()?.1.first()?.0;
+            Some((x, l.value))
+        })));
+        let mut chart = match self.style {
+            LineStyle::Points => axes(&area, self.title, (self.xlabel, xr), (self.ylabel, yr))?,
+            LineStyle::Smoothed { .. } => iteration_axes(&area, self.title, xr, (self.ylabel, yr))?,
+        };
+        let (x0, x1) = (chart.x_range().start, chart.x_range().end);
+        let (y0, y1) = (chart.y_range().start, chart.y_range().end);
+        if let LineStyle::Smoothed { exchanges, levels } = self.style {
+            let grey = RGBColor(120, 120, 120);
+            for (i, &x) in exchanges.iter().enumerate() {
+                let line = DashedLineSeries::new([(x, y0), (x, y1)], 6, 4, grey.stroke_width(1));
+                let anno = chart.draw_series(line)?;
+                if i == 0 {
+                    anno.label("role exchange")
+                        .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], grey));
+                }
+            }
+            for l in levels {
+                let line = DashedLineSeries::new(
+                    [(x0, l.value), (x1, l.value)],
+                    8,
+                    4,
+                    BLACK.stroke_width(2),
+                );
+                chart
+                    .draw_series(line)?
+                    .label(l.label.as_str())
+                    .legend(|(x, y)| {
+                        PathElement::new([(x, y), (x + 16, y)], BLACK.stroke_width(2))
+                    });
+            }
+        }
         for (i, (label, pts)) in self.series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let style = ShapeStyle::from(&color).filled();
-            let anno = if self.points_only {
-                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, style)))?
-            } else {
-                chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            let anno = match self.style {
+                LineStyle::Points => {
+                    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, style)))?
+                }
+                LineStyle::Smoothed { .. } => {
+                    chart.draw_series(LineSeries::new(
+                        pts.iter().copied(),
+                        color.mix(0.3).stroke_width(1),
+                    ))?;
+                    let smooth = moving_average(pts, SMOOTHING);
+                    chart.draw_series(LineSeries::new(smooth, color.stroke_width(3)))?
+                }
             };
-            anno.label(label.as_str())
+            let name = match self.style {
+                LineStyle::Points => label.clone(),
+                LineStyle::Smoothed { .. } => {
+                    format!("{label} ({SMOOTHING}-iteration mean; faint: raw)")
+                }
+            };
+            anno.label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], style));
         }
         legend_and_present(&mut chart, &area)
     }
+}
+
+/// Axes whose x is the iteration: integer tick labels only.
+fn iteration_axes<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    xr: std::ops::Range<f64>,
+    (ylabel, yr): (&str, std::ops::Range<f64>),
+) -> PlotResult<Chart<'a, DB>>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = chart_on(area, title, xr.clone(), yr)?;
+    // One label per iteration up to 20 of them, else about 10 whole-number ones; a label is
+    // drawn only where it falls on a whole iteration.
+    let span = (xr.end - xr.start).max(1.0);
+    let labels = if span <= 21.0 {
+        span.ceil() as usize + 1
+    } else {
+        11
+    };
+    chart
+        .configure_mesh()
+        .x_desc("iteration")
+        .y_desc(ylabel)
+        .x_labels(labels)
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{}", x.round() as i64)
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    Ok(chart)
 }
 
 fn draw_frontier<DB: DrawingBackend>(
@@ -407,6 +592,55 @@ mod tests {
     }
 
     #[test]
+    fn the_moving_average_is_centred_and_shorter_at_the_ends() {
+        let pts: Vec<(f64, f64)> = [1.0, 2.0, 6.0, 3.0, 8.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| (i as f64, y))
+            .collect();
+        let m = moving_average(&pts, 3);
+        let ys: Vec<f64> = m.iter().map(|p| p.1).collect();
+        assert_eq!(ys, [1.5, 3.0, 11.0 / 3.0, 17.0 / 3.0, 5.5]);
+        assert_eq!(m[4].0, 4.0);
+        assert_eq!(moving_average(&pts, 1), pts);
+    }
+
+    #[test]
+    fn role_exchanges_fall_between_the_iterations_where_a_role_changes() {
+        use crate::metrics::MetricRow;
+        let rows: Vec<MetricRow> = (0..12)
+            .flat_map(|it| {
+                let first = (it / 5) % 2 == 0;
+                [("llm1", first), ("llm2", !first)].map(|(agent, pioneer)| {
+                    let mut r = draw_tests::row(it, agent, 0.0);
+                    r.role = if pioneer { "pioneer" } else { "observer" }.into();
+                    r
+                })
+            })
+            .collect();
+        assert_eq!(role_exchanges(&rows), [4.5, 9.5]);
+        let ppo: Vec<MetricRow> = (0..6)
+            .map(|it| draw_tests::row(it, "policy", 0.0))
+            .collect();
+        assert!(role_exchanges(&ppo).is_empty());
+    }
+
+    #[test]
+    fn levels_round_trip_and_a_bad_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_levels(dir.path()).unwrap().is_empty());
+        let levels = vec![Level {
+            label: "base model".into(),
+            value: -0.25,
+        }];
+        write_levels(dir.path(), &levels).unwrap();
+        assert_eq!(read_levels(dir.path()).unwrap(), levels);
+        std::fs::write(dir.path().join(LEVELS_FILE), "{\"value\": 1}").unwrap();
+        let e = read_levels(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(LEVELS_FILE) && e.contains("label"), "{e}");
+    }
+
+    #[test]
     fn ranges_ignore_non_finite_and_are_never_empty() {
         let (x, y) = ranges([(1.0, 2.0), (f64::NAN, 5.0), (1.0, 2.0)].into_iter());
         assert!(x.start < 1.0 && x.end > 1.0);
@@ -421,7 +655,7 @@ mod draw_tests {
     use super::*;
     use crate::metrics::MetricRow;
 
-    fn row(it: usize, agent: &str, r: f64) -> MetricRow {
+    pub(super) fn row(it: usize, agent: &str, r: f64) -> MetricRow {
         MetricRow {
             iteration: it,
             agent: agent.into(),
@@ -475,7 +709,11 @@ mod draw_tests {
                 ]
             })
             .collect();
-        plot_run(&rows, &dir).unwrap();
+        let levels = [Level {
+            label: "base model, held-out".into(),
+            value: 0.3,
+        }];
+        plot_run(&rows, &levels, &dir).unwrap();
         for name in ["task_reward", "kl", "combined_reward", "reward_vs_kl"] {
             for ext in ["png", "svg"] {
                 let p = dir.join(format!("{name}.{ext}"));

@@ -64,7 +64,7 @@ pub use process::{
     DEFAULT_HOST_MEMORY, HOST_MEMORY_VAR, LOG_VAR, ProcessSettings, WRITE_MODE_VAR, init_logger,
     init_process,
 };
-pub use rows::{cory_rows, metric_row};
+pub use rows::{cory_rows, metric_row, repetition};
 pub use sections::{Section, section, section_prefixed};
 pub use session::{
     LOCK_FILE, RunDir, Start, StopToken, checkpoint_due, install_stop_handler, stop_on_signals,

@@ -400,10 +400,15 @@ impl<M: TrainModel, T: Task<M>> Trainer<'_, M, T> {
         struct Summary {
             iterations: usize,
             final_rows: Vec<MetricRow>,
+            /// The task's evaluation table (`eval.json`, e.g. the held-out reward or pass@k of
+            /// the base model and every copy), when it wrote one.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            evaluation: Option<serde_json::Value>,
         }
         let summary = Summary {
             iterations: self.run.iterations,
             final_rows: lmrl_runs::final_rows(&rows),
+            evaluation: read_evaluation(out),
         };
         let text = serde_json::to_string_pretty(&summary).expect("the summary serialises");
         lmrl_runs::atomic_write(&out.join(SUMMARY_FILE), text.as_bytes())?;
@@ -761,4 +766,11 @@ impl<C: Send + Sync> lmrl_rewards::Reward<C> for TimedReward<'_, C> {
         }
         r
     }
+}
+
+/// The task's `eval.json` in run directory `out`, when there and valid JSON (the summary
+/// copies it; the task itself reports a file it cannot write or read).
+fn read_evaluation(out: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(out.join("eval.json")).ok()?;
+    serde_json::from_str(&text).ok()
 }
