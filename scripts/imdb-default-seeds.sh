@@ -22,7 +22,7 @@ for seed in $SEEDS; do
         else
             args=(--seed "$seed" --out "$run")
         fi
-        /usr/bin/time -v "$BIN" "${args[@]}" > "$run.log" 2>&1
+        /usr/bin/time -v "$BIN" "${args[@]}" >> "$run.log" 2>&1
     fi
     prompts=${PROMPTS:-$run/heldout.jsonl}
     name=$(basename "$prompts" .jsonl)
@@ -33,4 +33,6 @@ for seed in $SEEDS; do
     cp "$run"/{config.toml,metrics.csv,eval.json,eval.md,summary.json,task_reward.png,kl.png} "$DATA/seed-$seed/"
     cp "$run/eval-$name"/{eval.json,eval.md,eval.csv} "$DATA/seed-$seed/eval-$name/"
     grep -E "Elapsed|Maximum resident" "$run.log" > "$DATA/seed-$seed/time.txt" || true
+    # Each checkpoint of both copies takes ~3 GB: keep only the evaluated (latest) one.
+    ls -d "$run"/checkpoints/iter-* | head -n -1 | xargs -r rm -rf
 done
