@@ -303,13 +303,8 @@ fn sample<M: CausalLm>(
 
 /// Mean and standard error of the mean (sample std / √n; 0 for one value).
 fn mean_sem(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    let m = xs.iter().sum::<f64>() / n.max(1.0);
-    if xs.len() < 2 {
-        return (m, 0.0);
-    }
-    let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
-    (m, (var / n).sqrt())
+    let (m, sd) = lmrl_runs::mean_std(xs);
+    (m, sd / (xs.len().max(1) as f64).sqrt())
 }
 
 /// The rows as a markdown table.
