@@ -12,6 +12,8 @@ use lmrl_models::{LoraBranch, LoraConfig, apply_lora, lora_parameter_count, merg
 use lmrl_models::{read_weights, write_safetensors};
 use serde_json::Value;
 
+mod common;
+
 const TOL: f32 = 1e-4;
 
 fn fixture(name: &str) -> PathBuf {
@@ -21,7 +23,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn device() -> Device {
-    Device::flex()
+    common::backend_device()
 }
 
 fn expected(name: &str) -> Value {

@@ -13,8 +13,10 @@ use lmrl_models::{
 use lmrl_models::{QueryResponseBatch, response_logprobs, response_values, score, score_reference};
 use serde_json::Value;
 
+mod common;
+
 fn device() -> Device {
-    Device::flex()
+    common::backend_device()
 }
 
 fn fixture_dir(name: &str) -> PathBuf {

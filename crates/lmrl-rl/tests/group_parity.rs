@@ -17,6 +17,8 @@ use lmrl_rl::group::{
 use lmrl_rl::ppo::ResponseMask;
 use serde_json::Value;
 
+mod common;
+
 const TOL: f64 = 1e-5;
 
 fn fixture() -> Value {
@@ -106,7 +108,7 @@ fn scale_of(s: &Value) -> ScaleRewards {
 #[test]
 fn grpo_advantages_match_trl() {
     let fx = fixture();
-    let device = Device::flex();
+    let device = common::backend_device();
     let inp = inputs(&fx, &device);
     let rewards = t1(&fx["inputs"]["rewards"], &device);
     let cases = fx["grpo_advantages"].as_array().expect("grpo_advantages");
@@ -176,7 +178,7 @@ fn grpo_config(s: &Value) -> GrpoConfig {
 #[test]
 fn grpo_loss_matches_trl_for_every_loss_type() {
     let fx = fixture();
-    let device = Device::flex().autodiff();
+    let device = common::backend_device().autodiff();
     let inp = inputs(&fx, &device);
     let fi = &fx["inputs"];
     let cases = fx["grpo_loss"].as_array().expect("grpo_loss");
@@ -296,7 +298,7 @@ fn grpo_loss_matches_trl_for_every_loss_type() {
 #[test]
 fn k3_kl_matches_trl_without_bias_correction() {
     let fx = fixture();
-    let device = Device::flex();
+    let device = common::backend_device();
     let fi = &fx["inputs"];
     let case = fx["grpo_loss"]
         .as_array()
@@ -326,7 +328,7 @@ fn rloo_config(s: &Value) -> RlooConfig {
 #[test]
 fn rloo_matches_trl() {
     let fx = fixture();
-    let device = Device::flex().autodiff();
+    let device = common::backend_device().autodiff();
     let inp = inputs(&fx, &device);
     let fi = &fx["inputs"];
     let cases = fx["rloo"].as_array().expect("rloo");

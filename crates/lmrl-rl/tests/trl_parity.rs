@@ -13,6 +13,8 @@ use lmrl_rl::ppo::{
 };
 use serde_json::Value;
 
+mod common;
+
 const TOL: f64 = 1e-5;
 
 fn fixture() -> Value {
@@ -84,7 +86,7 @@ fn assert_scalar(what: &str, got: f64, want: &Value) {
 #[test]
 fn trl_parity_rewards_advantages_loss() {
     let fx = fixture();
-    let device = Device::flex();
+    let device = common::backend_device();
     let cfg: PpoConfig = serde_json::from_value(fx["config"].clone())
         .expect("the fixture's config block deserialises into PpoConfig");
     cfg.validate().expect("fixture config is valid");

@@ -75,3 +75,15 @@ pub fn prompts(queries: &[Vec<u32>]) -> Vec<Prompt<()>> {
         })
         .collect()
 }
+
+/// The backend the reference-parity tests run on: libtorch when the crate is built with its
+/// `tch` feature (`scripts/test-backend.sh tch`), the CPU default otherwise.
+pub fn backend_device() -> burn::tensor::Device {
+    // burn 0.22 marks burn-tch deprecated in favour of its CubeCL backends; libtorch is still
+    // the GPU route this workspace documents, so it is what these tests check.
+    #[cfg(feature = "tch")]
+    #[allow(deprecated)]
+    return burn::tensor::Device::libtorch();
+    #[cfg(not(feature = "tch"))]
+    burn::tensor::Device::flex()
+}
