@@ -36,6 +36,10 @@ pub enum Command {
     Check(CheckArgs),
     /// pass@k of a model (or a run's checkpoint) on a split of the problems.
     Eval(Box<EvalArgs>),
+    /// Paired statistics of two models on the same questions, from per-question files
+    /// (`eval --out`, a run's `eval-questions/`): difference in pass@1, McNemar's exact test,
+    /// bootstrap and over-seeds 95 % intervals.
+    Compare(crate::compare::CompareArgs),
 }
 
 /// A training run: its settings and where it lives.
@@ -72,8 +76,10 @@ pub struct EvalArgs {
     /// Samples per question; pass@k counts a question solved when any of them is correct.
     #[arg(long, default_value_t = 1)]
     pub k: usize,
-    /// Which part of the split by problem identity to evaluate on: `test` (held out), `train`,
-    /// or `all` (every question of the file, e.g. your own held-out GSM8K-format JSONL). When
+    /// Which part of the split by problem identity to evaluate on: `test` (held out, for
+    /// reported numbers), `dev` (held out, for choosing settings: what training evaluates),
+    /// `train`, or `all` (every question of the file, e.g. your own held-out GSM8K-format JSONL
+    /// or a GSM-Symbolic split made by `scripts/gsm_symbolic.py`). When
     /// `--model` is a run (or one of its checkpoints), questions that run trained on are always
     /// left out.
     #[arg(long, value_enum, default_value_t = Split::Test)]
@@ -91,12 +97,17 @@ pub struct EvalArgs {
     /// How to read `--data`.
     #[arg(long, value_enum)]
     pub data_format: Option<DataFormat>,
-    /// Fraction held out as the test split (must match training to evaluate held-out data).
+    /// Fraction held out of training, dev and test together (must match training to evaluate
+    /// held-out data).
     #[arg(long)]
     pub test_fraction: Option<f64>,
     /// Seed of the train/test split.
     #[arg(long)]
     pub split_seed: Option<u64>,
+    /// Held-out questions (the first N) that form the dev split; the rest are the test split
+    /// (default: the run's, else 200).
+    #[arg(long)]
+    pub dev_size: Option<usize>,
     /// Largest response length in tokens.
     #[arg(long)]
     pub max_new_tokens: Option<usize>,

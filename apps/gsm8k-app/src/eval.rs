@@ -36,6 +36,8 @@ pub struct EvalSettings {
 /// What one question gave.
 #[derive(Debug, Clone, Serialize)]
 pub struct QuestionResult {
+    /// [`setup::question_id`]: pairs results across files (`compare`).
+    pub id: String,
     pub question: String,
     pub truth: String,
     pub responses: Vec<String>,
@@ -128,6 +130,7 @@ pub fn evaluate<M: CausalLm>(
     let mut results = Vec::with_capacity(tasks.len());
     for (t, ys) in tasks.iter().zip(tokens.chunks(s.k)) {
         let mut r = QuestionResult {
+            id: setup::question_id(&t.question),
             question: t.question.clone(),
             truth: t.final_answer.clone(),
             responses: Vec::new(),
@@ -157,6 +160,21 @@ pub fn evaluate<M: CausalLm>(
         pass_at_k: pass_k,
         mean_tokens: mean_len,
     })
+}
+
+/// Every question's responses and checks as JSONL (one [`QuestionResult`] per line), the
+/// input of `compare`.
+pub fn write_question_results(path: &Path, results: &[QuestionResult]) -> Result<()> {
+    let mut bytes = Vec::new();
+    for r in results {
+        serde_json::to_writer(&mut bytes, r)?;
+        bytes.push(b'\n');
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    lmrl_runs::atomic_write(path, &bytes)?;
+    Ok(())
 }
 
 /// Runs [`evaluate`] and packs the row.
@@ -340,7 +358,7 @@ fn training_identities(
     let g = &cfg.gsm8k;
     let problems = setup::load_problems(cache, &g.data, g.data_format)
         .with_context(|| format!("cannot read the evaluated run's training data `{}`", g.data))?;
-    let train = setup::split(problems, g.test_fraction, g.split_seed, Split::Train)?;
+    let train = setup::split(problems, g.split_spec(), Split::Train)?;
     Ok(setup::identities(&train))
 }
 
@@ -360,6 +378,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let format = args.data_format.unwrap_or(base.data_format);
     let test_fraction = args.test_fraction.unwrap_or(base.test_fraction);
     let split_seed = args.split_seed.unwrap_or(base.split_seed);
+    let dev_size = args.dev_size.unwrap_or(base.dev_size);
     let max_new_tokens = args.max_new_tokens.unwrap_or(base.max_new_tokens);
     let style = args.prompt_style.unwrap_or(base.prompt_style);
     let stop_strings: Vec<String> = args
@@ -390,7 +409,18 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     device.seed(args.seed);
     let problems = setup::load_problems(&cache, &data, format)?;
     let dataset = setup::source_name(&problems);
-    let mut problems = setup::split(problems, test_fraction, split_seed, args.split)?;
+    let spec = setup::SplitSpec {
+        test_fraction,
+        split_seed,
+        dev_size,
+    };
+    let mut problems = setup::split(problems, spec, args.split)?;
+    if problems.is_empty() && args.split == Split::Test {
+        bail!(
+            "the test split of `{data}` is empty: every held-out question is in the dev split \
+             (the first --dev-size {dev_size}); pass a smaller --dev-size"
+        );
+    }
     // A run's own training problems never count as held out, whatever file or split is asked.
     let mut excluded = 0;
     if let Some(cfg) = &m.run_config {
@@ -452,12 +482,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     )?;
     row.excluded_training = excluded;
     if let Some(out) = &args.out {
-        let mut bytes = Vec::new();
-        for r in &results {
-            serde_json::to_writer(&mut bytes, r)?;
-            bytes.push(b'\n');
-        }
-        lmrl_runs::atomic_write(out, &bytes)?;
+        write_question_results(out, &results)?;
     }
     if let Some(csv) = &args.csv {
         write_csv(csv, std::slice::from_ref(&row))?;

@@ -6,6 +6,7 @@
 //! `lmrl_train`'s loop; `main.rs` dispatches the command line. See `docs/gsm8k-app.md`.
 pub mod check;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod eval;
 pub mod setup;
@@ -29,6 +30,7 @@ pub fn run(matches: &ArgMatches) -> Result<ExitCode> {
         (Some(Command::Train(args)), Some((_, sub))) => train(sub, &args),
         (Some(Command::Check(args)), _) => check::run(&args).map(|()| ExitCode::SUCCESS),
         (Some(Command::Eval(args)), _) => eval::run(&args).map(|()| ExitCode::SUCCESS),
+        (Some(Command::Compare(args)), _) => compare::run(&args).map(|()| ExitCode::SUCCESS),
         (Some(_), None) => unreachable!("clap gives a subcommand's matches with the subcommand"),
     }
 }

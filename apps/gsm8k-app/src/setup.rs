@@ -32,6 +32,9 @@ pub fn detect_format(name: &str, path: &Path, format: DataFormat) -> Result<Data
             .with_context(|| format!("{}: line 1 is not JSON", path.display()))?;
         return Ok(if v.get("passage").is_some() || v.get("body").is_some() {
             DataFormat::Asdiv
+        } else if v.get("template").is_some() {
+            // `scripts/gsm_symbolic.py` writes each problem's template number.
+            DataFormat::GsmSymbolic
         } else {
             DataFormat::Gsm8k
         });
@@ -74,11 +77,14 @@ pub fn source_name(problems: &[MathProblem]) -> &'static str {
         .unwrap_or(MathSource::Gsm8k.name())
 }
 
-/// Which part of the seeded split.
+/// Which part of the seeded split. The held-out problems ([`is_test`]) are cut, in file order,
+/// into a dev part (the first `dev_size`: what training evaluates and settings are chosen on)
+/// and a test part (the rest: reported, never tuned on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     Train,
+    Dev,
     Test,
     All,
 }
@@ -87,10 +93,28 @@ impl Split {
     pub fn name(self) -> &'static str {
         match self {
             Split::Train => "train",
+            Split::Dev => "dev",
             Split::Test => "test",
             Split::All => "all",
         }
     }
+}
+
+/// The three parts of a problem file, each in file order.
+#[derive(Debug, Clone, Default)]
+pub struct Parts {
+    pub train: Vec<MathProblem>,
+    pub dev: Vec<MathProblem>,
+    pub test: Vec<MathProblem>,
+}
+
+/// How a problem file is split: the held-out fraction and seed ([`is_test`]) and the size of
+/// the dev part taken from the start of the held-out problems.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SplitSpec {
+    pub test_fraction: f64,
+    pub split_seed: u64,
+    pub dev_size: usize,
 }
 
 /// A problem's identity: its question with case and whitespace runs normalised. Two records
@@ -102,6 +126,18 @@ pub fn problem_identity(question: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .to_lowercase()
+}
+
+/// A problem's id in per-question result files: the first 16 hex digits of the sha256 of its
+/// identity ([`problem_identity`]), so that results can be paired (and committed) without the
+/// question's text.
+pub fn question_id(question: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(problem_identity(question).as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// FNV-1a over the bytes, then SplitMix64's finaliser: a hash that is the same on every
@@ -127,36 +163,42 @@ pub fn is_test(question: &str, test_fraction: f64, split_seed: u64) -> bool {
     (h as f64) < test_fraction * (u64::MAX as f64)
 }
 
-/// The deterministic split by problem identity ([`is_test`]); both parts keep the file's
-/// order. `test_fraction` must be in [0, 1].
+/// One part of the deterministic split ([`parts`]), or every problem for [`Split::All`].
 pub fn split(
     problems: Vec<MathProblem>,
-    test_fraction: f64,
-    split_seed: u64,
+    spec: SplitSpec,
     which: Split,
 ) -> Result<Vec<MathProblem>> {
     if which == Split::All {
         return Ok(problems);
     }
-    let (train, test) = train_test(problems, test_fraction, split_seed)?;
+    let p = parts(problems, spec)?;
     Ok(match which {
-        Split::Train => train,
-        _ => test,
+        Split::Train => p.train,
+        Split::Dev => p.dev,
+        _ => p.test,
     })
 }
 
-/// Both parts of the split ([`is_test`]), in file order: `(train, test)`.
-pub fn train_test(
-    problems: Vec<MathProblem>,
-    test_fraction: f64,
-    split_seed: u64,
-) -> Result<(Vec<MathProblem>, Vec<MathProblem>)> {
-    if !(0.0..=1.0).contains(&test_fraction) {
-        bail!("test_fraction must be in [0, 1], got {test_fraction}");
+/// Train and held-out problems by identity ([`is_test`]), the held-out ones cut into dev (the
+/// first `dev_size`) and test (the rest); every part in file order. `test_fraction` must be in
+/// [0, 1].
+pub fn parts(problems: Vec<MathProblem>, spec: SplitSpec) -> Result<Parts> {
+    if !(0.0..=1.0).contains(&spec.test_fraction) {
+        bail!(
+            "test_fraction must be in [0, 1], got {}",
+            spec.test_fraction
+        );
     }
-    Ok(problems
+    let (train, mut test): (Vec<_>, Vec<_>) = problems
         .into_iter()
-        .partition(|p| !is_test(&p.question, test_fraction, split_seed)))
+        .partition(|p| !is_test(&p.question, spec.test_fraction, spec.split_seed));
+    let rest = test.split_off(spec.dev_size.min(test.len()));
+    Ok(Parts {
+        train,
+        dev: test,
+        test: rest,
+    })
 }
 
 /// The identities of `problems` ([`problem_identity`]).

@@ -1,7 +1,8 @@
 //! The math task: answer a word problem after the paper's 1-shot exemplar; the reward is the
 //! answer checker (1 when the response's final number equals the problem's ground truth);
 //! CORY's observer sees the same prompt with `Reference: <pioneer answer>` before `Answer:`.
-//! Before and after training, every copy's pass@k on the held-out split is measured.
+//! Before and after training, every copy's pass@k on the dev split is measured (the test split
+//! is left to `eval --split test`).
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -15,7 +16,9 @@ use lmrl_rl::Prompt;
 use lmrl_train::{Stage, Task, TaskEnv, TaskError, TrainConfig};
 
 use crate::config::{Gsm8kConfig, Gsm8kSettings};
-use crate::eval::{EvalRow, EvalSettings, end_ids, eval_row, markdown, write_csv};
+use crate::eval::{
+    EvalRow, EvalSettings, end_ids, eval_row, markdown, write_csv, write_question_results,
+};
 use crate::setup::{self, MathTask, Split};
 
 /// Machine-readable evaluation rows (the source of `eval.csv` / `eval.md`, kept across resumes).
@@ -53,10 +56,14 @@ pub fn reference_text(pioneer_response: &str) -> String {
     cut_continuation(pioneer_response).trim().to_string()
 }
 
+/// Per-question outputs of the evaluations a run makes: `eval-questions/<stage>-<copy>.jsonl`.
+pub const EVAL_QUESTIONS_DIR: &str = "eval-questions";
+
 /// The math task of one run.
 pub struct GsmTask {
     prompts: Vec<Prompt<Problem>>,
-    test: Vec<MathTask>,
+    /// The dev questions evaluated before and after training.
+    dev: Vec<MathTask>,
     dataset: &'static str,
     settings: Gsm8kSettings,
     tokenizer: LmTokenizer,
@@ -92,7 +99,7 @@ impl GsmTask {
         let t = &cfg.gsm8k;
         let problems = setup::load_problems(env.cache, &t.data, t.data_format)?;
         let dataset = setup::source_name(&problems);
-        let (train_p, test_p) = setup::train_test(problems, t.test_fraction, t.split_seed)?;
+        let parts = setup::parts(problems, t.split_spec())?;
         let room = context_room(cfg);
         let max_pos = env.model.max_positions;
         if room >= max_pos {
@@ -104,13 +111,13 @@ impl GsmTask {
         }
         let prompter = setup::Prompter::new(t.prompt_style, env.tokenizer)?;
         let (train, dropped) =
-            setup::make_tasks(&train_p, env.tokenizer, &prompter, max_pos, room)?;
-        let test_p: Vec<_> = test_p.into_iter().take(t.eval_limit).collect();
-        let (test, dropped_test) =
-            setup::make_tasks(&test_p, env.tokenizer, &prompter, max_pos, t.max_new_tokens)?;
-        if env.rank == 0 && dropped + dropped_test > 0 {
+            setup::make_tasks(&parts.train, env.tokenizer, &prompter, max_pos, room)?;
+        let dev_p: Vec<_> = parts.dev.into_iter().take(t.eval_limit).collect();
+        let (dev, dropped_dev) =
+            setup::make_tasks(&dev_p, env.tokenizer, &prompter, max_pos, t.max_new_tokens)?;
+        if env.rank == 0 && dropped + dropped_dev > 0 {
             eprintln!(
-                "note: {dropped} training and {dropped_test} test questions skipped: their prompts \
+                "note: {dropped} training and {dropped_dev} dev questions skipped: their prompts \
                  leave fewer than {room} / {} tokens of the model's {max_pos}-token context",
                 t.max_new_tokens
             );
@@ -125,10 +132,11 @@ impl GsmTask {
         if env.rank == 0 {
             eprintln!(
                 "{dataset}: {} training questions ({} iterations per epoch of {batch} prompts), \
-                 {} held-out test questions evaluated",
+                 {} held-out dev questions evaluated ({} test questions left for `eval --split test`)",
                 train.len(),
                 train.len() / batch,
-                test.len(),
+                dev.len(),
+                parts.test.len(),
             );
         }
         let stop_sequences = setup::stop_sequences(env.tokenizer, &t.stop_strings)?;
@@ -145,7 +153,7 @@ impl GsmTask {
             .collect();
         Ok(Self {
             prompts,
-            test,
+            dev,
             dataset,
             settings: t.clone(),
             tokenizer: env.tokenizer.clone(),
@@ -177,7 +185,7 @@ impl GsmTask {
         }
     }
 
-    /// pass@k of each copy on the held-out questions, added to `out`'s evaluation table: the
+    /// pass@k of each copy on the dev questions, added to `out`'s evaluation table: the
     /// "before" rows start it (a run started again in place replaces those of its first try),
     /// the "after" rows replace any earlier "after" rows and keep the "before" ones (a resume).
     fn evaluate_copies<M: CausalLm>(
@@ -186,7 +194,7 @@ impl GsmTask {
         copies: &[(&str, &M)],
         out: &Path,
     ) -> Result<()> {
-        if self.settings.eval_limit == 0 || self.test.is_empty() {
+        if self.settings.eval_limit == 0 || self.dev.is_empty() {
             return Ok(());
         }
         let stage_name = match stage {
@@ -201,19 +209,23 @@ impl GsmTask {
                 .collect(),
         };
         for (name, lm) in copies {
-            let (row, _) = eval_row(
+            let (row, results) = eval_row(
                 stage_name,
                 name,
                 self.dataset,
-                Split::Test,
+                Split::Dev,
                 *lm,
                 &self.tokenizer,
-                &self.test,
+                &self.dev,
                 &self.eval_settings(),
                 &self.device,
             )?;
+            let file = out
+                .join(EVAL_QUESTIONS_DIR)
+                .join(format!("{stage_name}-{name}.jsonl"));
+            write_question_results(&file, &results)?;
             eprintln!(
-                "{stage_name} training, {name}: pass@1 {:.3}, pass@{} {:.3} on {} {} test questions",
+                "{stage_name} training, {name}: pass@1 {:.3}, pass@{} {:.3} on {} {} dev questions",
                 row.pass_at_1, row.k, row.pass_at_k, row.questions, self.dataset
             );
             rows.push(row);
@@ -221,8 +233,8 @@ impl GsmTask {
         write_eval(out, &rows)?;
         if stage == Stage::After {
             println!(
-                "pass@k on {} held-out {} questions (answer checker, {} prompt):\n\n{}",
-                self.test.len(),
+                "pass@k on {} held-out {} dev questions (answer checker, {} prompt):\n\n{}",
+                self.dev.len(),
                 self.dataset,
                 match self.settings.prompt_style {
                     crate::config::PromptStyle::OneShot => "1-shot",

@@ -183,11 +183,11 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     let o = run_ok(&mut train_cmd(&t, "ppo", &out, &[]));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
-        stdout.contains("| before | base | GSM8K | test |"),
+        stdout.contains("| before | base | GSM8K | dev |"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("| after | policy | GSM8K | test |"),
+        stdout.contains("| after | policy | GSM8K | dev |"),
         "{stdout}"
     );
 
@@ -210,13 +210,9 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     }
     let e = csv_lines(&out.join("eval.csv"));
     assert_eq!(e.len(), 3);
+    assert!(e[1].starts_with("before,base,GSM8K,dev,2,1,0,"), "{}", e[1]);
     assert!(
-        e[1].starts_with("before,base,GSM8K,test,2,1,0,"),
-        "{}",
-        e[1]
-    );
-    assert!(
-        e[2].starts_with("after,policy,GSM8K,test,2,1,0,"),
+        e[2].starts_with("after,policy,GSM8K,dev,2,1,0,"),
         "{}",
         e[2]
     );
@@ -225,19 +221,32 @@ fn ppo_trains_two_iterations_and_evaluates_before_and_after() {
     assert!(out.join("summary.json").is_file());
     assert_checkpoint(&out, 2, &["policy"]);
 
-    // The finished run's checkpoint evaluates standalone with the run's own split.
+    // The finished run's checkpoint evaluates standalone with the run's own split; its dev
+    // split is what training evaluated, and each evaluation left its per-question file.
+    for f in ["before-base", "after-policy"] {
+        let q = read_jsonl(&out.join("eval-questions").join(format!("{f}.jsonl")));
+        assert_eq!(q.len(), 2, "{f}");
+    }
     let csv = t.dir.path().join("run-eval.csv");
     let o = run_ok(
         bin()
             .arg("eval")
             .arg("--model")
             .arg(&out)
-            .args(["--limit", "2", "--batch-size", "2", "--csv"])
+            .args([
+                "--split",
+                "dev",
+                "--limit",
+                "2",
+                "--batch-size",
+                "2",
+                "--csv",
+            ])
             .arg(&csv)
             .arg("--cache-dir")
             .arg(t.dir.path().join("cache")),
     );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("| eval | policy | GSM8K | test | 2 |"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| eval | policy | GSM8K | dev | 2 |"));
     let standalone = csv_lines(&csv);
     // Greedy decoding on the same questions: same pass@1 as the "after" row of the run.
     let pass = |l: &str| l.split(',').nth(7).unwrap().to_string();
@@ -458,7 +467,7 @@ fn lora_run_trains_adapters_and_saves_merged_weights() {
             .arg(out.join("checkpoints/iter-000002/policy"))
             .arg("--data")
             .arg(&t.data)
-            .args(["--limit", "1", "--max-new-tokens", "3"]),
+            .args(["--split", "dev", "--limit", "1", "--max-new-tokens", "3"]),
     );
 }
 
@@ -474,6 +483,8 @@ fn eval_reports_pass_at_k_on_the_held_out_split() {
             .arg("--data")
             .arg(&t.data)
             .args([
+                "--dev-size",
+                "0",
                 "--k",
                 "3",
                 "--temperature",
@@ -499,17 +510,38 @@ fn eval_reports_pass_at_k_on_the_held_out_split() {
         let c = r["correct"].as_u64().unwrap();
         assert!(c <= 3);
     }
-    // 20 problems, test fraction 0.2: the split by problem identity holds out 5 of them.
-    let o = run_ok(
-        bin()
-            .arg("eval")
-            .arg("--model")
-            .arg(&t.model)
-            .arg("--data")
-            .arg(&t.data)
-            .args(["--split", "test", "--max-new-tokens", "2"]),
-    );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("| test | 5 | 1 |"));
+    // 20 problems, test fraction 0.2: the split by problem identity holds out 5 of them; the
+    // first 2 of those (file order) are the dev split, the other 3 the test split.
+    let held_out = |split: &str, dev_size: &str| -> Vec<String> {
+        let jsonl = t.dir.path().join(format!("held-{split}-{dev_size}.jsonl"));
+        let o = run_ok(
+            bin()
+                .arg("eval")
+                .arg("--model")
+                .arg(&t.model)
+                .arg("--data")
+                .arg(&t.data)
+                .args(["--split", split, "--dev-size", dev_size])
+                .args(["--max-new-tokens", "2", "--out"])
+                .arg(&jsonl),
+        );
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        let n = read_jsonl(&jsonl).len();
+        assert!(
+            stdout.contains(&format!("| {split} | {n} | 1 |")),
+            "{stdout}"
+        );
+        read_jsonl(&jsonl)
+            .iter()
+            .map(|r| r["question"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all_held = held_out("test", "0");
+    assert_eq!(all_held.len(), 5);
+    let dev = held_out("dev", "2");
+    let test = held_out("test", "2");
+    assert_eq!(dev, all_held[..2]);
+    assert_eq!(test, all_held[2..]);
 }
 
 /// `eval --data FILE --split all` evaluates every question of any GSM8K-format file; the
@@ -527,7 +559,8 @@ fn eval_on_any_file_never_counts_training_questions() {
                 .arg(model)
                 .arg("--data")
                 .arg(data)
-                .args(["--split", split, "--max-new-tokens", "1", "--out"])
+                .args(["--split", split, "--dev-size", "4", "--max-new-tokens", "1"])
+                .arg("--out")
                 .arg(&jsonl)
                 .arg("--cache-dir")
                 .arg(t.dir.path().join("cache")),
@@ -555,13 +588,15 @@ fn eval_on_any_file_never_counts_training_questions() {
     let all = questions("all", &dup, &t.model);
     let train = questions("train", &dup, &t.model);
     let test = questions("test", &dup, &t.model);
+    let dev = questions("dev", &dup, &t.model);
     assert_eq!(all.len(), 40);
-    assert_eq!(train.len() + test.len(), 40);
+    assert_eq!(train.len() + dev.len() + test.len(), 40);
     assert_eq!(
-        test.len(),
+        dev.len() + test.len(),
         10,
         "5 problems held out, each with its duplicate"
     );
+    let test: Vec<String> = dev.into_iter().chain(test).collect();
     let norm = |q: &str| {
         q.split_whitespace()
             .collect::<Vec<_>>()
@@ -673,7 +708,7 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
         let o = run_ok(&mut group_cmd(&t, algo, algo, &full, &flags));
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert!(
-            stdout.contains("| after | policy | GSM8K | test |"),
+            stdout.contains("| after | policy | GSM8K | dev |"),
             "{stdout}"
         );
         let err = String::from_utf8_lossy(&o.stderr);
@@ -737,7 +772,8 @@ fn grpo_and_rloo_train_without_a_critic_and_resume_exactly() {
                 .arg("eval")
                 .arg("--model")
                 .arg(&full)
-                .args(["--limit", "1", "--max-new-tokens", "2", "--cache-dir"])
+                .args(["--split", "dev", "--limit", "1", "--max-new-tokens", "2"])
+                .arg("--cache-dir")
                 .arg(t.dir.path().join("cache")),
         );
     }
@@ -934,4 +970,56 @@ fn bad_flags_and_settings_fail_with_a_message() {
             .arg(t.dir.path().join("cache")),
     );
     assert!(err.contains("/nonexistent/model"), "{err}");
+}
+
+/// `compare` pairs two per-question files by question: hand-computed McNemar on 2 vs 6
+/// discordant questions is 2·(1 + 8 + 28)/256; files with other questions are refused.
+#[test]
+fn compare_pairs_per_question_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, solved: &dyn Fn(usize) -> bool, n: usize| {
+        let p = dir.path().join(name);
+        let text: String = (0..n)
+            .map(|i| {
+                json!({"question": format!("Question {i}?"), "truth": "1", "responses": ["x"],
+                       "extracted": [null], "correct": usize::from(solved(i))})
+                .to_string()
+                    + "\n"
+            })
+            .collect();
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let a = write("a.jsonl", &|i| i < 4, 10);
+    let b = write("b.jsonl", &|i| i >= 2, 10);
+    let json = dir.path().join("cmp.json");
+    let o = run_ok(
+        bin()
+            .args(["compare", "--a"])
+            .arg(&a)
+            .arg("--b")
+            .arg(&b)
+            .arg("--json")
+            .arg(&json),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("| 0.400 | 0.800 | +0.400 |") && stdout.contains("| 2 / 6 | 0.2891 |"),
+        "{stdout}"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!((v["seeds"][0]["mcnemar_p"].as_f64().unwrap() - 74.0 / 256.0).abs() < 1e-12);
+    let short = write("short.jsonl", &|_| true, 9);
+    let (code, err) = run_err(
+        bin()
+            .args(["compare", "--a"])
+            .arg(&a)
+            .arg("--b")
+            .arg(&short),
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("short.jsonl") && err.contains("same 9 questions"),
+        "{err}"
+    );
 }

@@ -13,9 +13,10 @@ fn every_flag_at_the_integer_edges_is_refused_cleanly() {
     // The training flags at the top level and under `train`, and eval's own.
     let (names, outcomes) = probe_app(bin, true, 120, &|sub| match sub {
         Some("check") => vec![("input", MISSING), ("out", "checked.jsonl")],
+        Some("compare") => vec![("a", MISSING), ("b", MISSING)],
         _ => vec![("model", MISSING)],
     });
-    assert_eq!(names, ["", "train", "check", "eval"]);
+    assert_eq!(names, ["", "train", "check", "eval", "compare"]);
     // Past i64::MAX, or negative, an integer setting is a usage error naming its flag.
     let own = [
         (Some("train"), "max-new-tokens"),

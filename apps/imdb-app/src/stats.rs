@@ -6,20 +6,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// Two-sided 97.5% quantile of Student's t with `df` degrees of freedom (tabulated; ≥ 30 uses the
-/// normal quantile's correction `1.96 + 2.4/df`, exact to 3 decimals at df = 30).
-pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        _ => 1.96 + 2.4 / df as f64,
-    }
-}
+pub use lmrl_runs::t975;
 
 /// A point estimate with a 95% interval.
 #[derive(Debug, Clone, Copy, PartialEq)]

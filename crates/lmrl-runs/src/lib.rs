@@ -21,6 +21,6 @@ pub use manifest::{MANIFEST_FILE, Verified, hash_file, verify, write_manifest};
 pub use metrics::{MetricRow, MetricsLog, SamplesLog, final_rows, mean, read_rows};
 pub use plots::{
     CurveGroup, FrontierPoint, LEVELS_FILE, Level, SMOOTHING, draw_run, mean_std, mean_std_by_x,
-    plot_curves, plot_frontier, plot_run, read_levels, write_levels,
+    plot_curves, plot_frontier, plot_run, read_levels, t975, write_levels,
 };
 pub use run_state::{AgentState, STATE_FILE, STATE_FORMAT, TrainState};
