@@ -9,6 +9,8 @@
 #
 #   scripts/gsm8k-protocol.sh dev|test [OUT] [DATA]
 #   ARMS="grpo rloo ppo cory"  SEEDS="0 1 2 3 4"  FLAGS_grpo="--grpo-learning-rate 4e-6" …
+# Two instances with the same OUT and DATA and disjoint SEEDS share the two cores better than
+# one (a run keeps about 1.2 cores busy); start the second once the base model is evaluated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PHASE=${1:?usage: scripts/gsm8k-protocol.sh dev|test [OUT] [DATA]}
@@ -18,8 +20,11 @@ DATA=${3:-docs/results/data/gsm8k-protocol/$PHASE}
 ARMS=${ARMS:-grpo rloo ppo cory}
 SEEDS=${SEEDS:-0 1 2 3 4}
 GSMS=${GSMS:-${LMRL_CACHE:-$HOME/.cache/lmrl}/gsm-symbolic}
-BIN=target/release/gsm8k-app
-cargo build --release -p gsm8k-app
+# BIN=PATH: a binary built beforehand (the sweep then runs one build however the tree changes).
+if [ -z "${BIN:-}" ]; then
+    cargo build --release -p gsm8k-app
+    BIN=target/release/gsm8k-app
+fi
 [ -f "$GSMS/$PHASE.jsonl" ] || python3 scripts/gsm_symbolic.py --out "$GSMS"
 mkdir -p "$OUT" "$DATA/compare"
 
@@ -74,10 +79,12 @@ for arm in $ARMS; do
         # Keep only the evaluated (latest) checkpoint.
         ls -d "$run"/checkpoints/iter-* | head -n -1 | xargs -r rm -rf
     done
+    # Every seed done so far (also by other runs of this script), not only this run's SEEDS.
     for copy in "${copies[@]}"; do
         for set in asdiv gsms; do
             b=()
-            for seed in $SEEDS; do b+=("$DATA/$arm-$seed/eval-$copy/$set-$PHASE.jsonl"); done
+            for f in "$DATA/$arm"-*/"eval-$copy/$set-$PHASE.jsonl"; do [ -f "$f" ] && b+=("$f"); done
+            [ ${#b[@]} -gt 0 ] || continue
             clusters=()
             [ "$set" = gsms ] && clusters=(--clusters "$GSMS/$PHASE.jsonl")
             "$BIN" compare --a "$DATA/base/$set-$PHASE.jsonl" --b "${b[@]}" "${clusters[@]}" \
