@@ -1023,3 +1023,32 @@ fn compare_pairs_per_question_files() {
         "{err}"
     );
 }
+
+/// A file with `template` fields (what `scripts/gsm_symbolic.py` writes) is read and reported as
+/// GSM-Symbolic without `--data-format`.
+#[test]
+fn gsm_symbolic_files_are_recognised() {
+    let t = tiny();
+    let file = t.dir.path().join("gsms.jsonl");
+    let text: String = std::fs::read_to_string(&t.data)
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v["template"] = json!(i % 3);
+            v.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let o = run_ok(
+        bin()
+            .args(["eval", "--model"])
+            .arg(&t.model)
+            .arg("--data")
+            .arg(&file)
+            .args(["--split", "all", "--limit", "2", "--max-new-tokens", "1"]),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("| GSM-Symbolic | all | 2 |"), "{stdout}");
+}
