@@ -17,7 +17,7 @@ PHASE=${1:?usage: scripts/gsm8k-protocol.sh dev|test [OUT] [DATA]}
 case "$PHASE" in dev | test) ;; *) echo "phase must be dev or test, got $PHASE" >&2; exit 2 ;; esac
 OUT=${2:-runs/gsm8k-protocol}
 DATA=${3:-docs/results/data/gsm8k-protocol/$PHASE}
-ARMS=${ARMS:-grpo rloo ppo cory}
+ARMS=${ARMS-grpo rloo ppo cory}
 SEEDS=${SEEDS:-0 1 2 3 4}
 GSMS=${GSMS:-${LMRL_CACHE:-$HOME/.cache/lmrl}/gsm-symbolic}
 # BIN=PATH: a binary built beforehand (the sweep then runs one build however the tree changes).
