@@ -181,8 +181,8 @@ pub fn split(
 }
 
 /// Train and held-out problems by identity ([`is_test`]), the held-out ones cut into dev (the
-/// first `dev_size`) and test (the rest); every part in file order. `test_fraction` must be in
-/// [0, 1].
+/// first `dev_size` distinct problems, with any later duplicate of one of them) and test (the
+/// rest); every part in file order. `test_fraction` must be in [0, 1].
 pub fn parts(problems: Vec<MathProblem>, spec: SplitSpec) -> Result<Parts> {
     if !(0.0..=1.0).contains(&spec.test_fraction) {
         bail!(
@@ -190,15 +190,16 @@ pub fn parts(problems: Vec<MathProblem>, spec: SplitSpec) -> Result<Parts> {
             spec.test_fraction
         );
     }
-    let (train, mut test): (Vec<_>, Vec<_>) = problems
+    let (train, held): (Vec<_>, Vec<_>) = problems
         .into_iter()
         .partition(|p| !is_test(&p.question, spec.test_fraction, spec.split_seed));
-    let rest = test.split_off(spec.dev_size.min(test.len()));
-    Ok(Parts {
-        train,
-        dev: test,
-        test: rest,
-    })
+    // By identity, so that a duplicate never puts a dev problem in the test split.
+    let mut dev_ids = BTreeSet::new();
+    let (dev, test) = held.into_iter().partition(|p| {
+        let id = problem_identity(&p.question);
+        dev_ids.contains(&id) || (dev_ids.len() < spec.dev_size && dev_ids.insert(id))
+    });
+    Ok(Parts { train, dev, test })
 }
 
 /// The identities of `problems` ([`problem_identity`]).

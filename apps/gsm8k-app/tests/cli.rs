@@ -596,13 +596,22 @@ fn eval_on_any_file_never_counts_training_questions() {
         10,
         "5 problems held out, each with its duplicate"
     );
-    let test: Vec<String> = dev.into_iter().chain(test).collect();
     let norm = |q: &str| {
         q.split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
             .to_lowercase()
     };
+    // Dev is cut by identity too: 4 distinct problems with their duplicates, the fifth's pair
+    // in test.
+    assert_eq!((dev.len(), test.len()), (8, 2));
+    for q in &test {
+        assert!(
+            dev.iter().all(|x| norm(x) != norm(q)),
+            "{q} is in dev and test"
+        );
+    }
+    let test: Vec<String> = dev.into_iter().chain(test).collect();
     for q in &test {
         assert!(
             train.iter().all(|x| norm(x) != norm(q)),
