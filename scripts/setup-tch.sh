@@ -18,7 +18,8 @@
 # Usage: scripts/setup-tch.sh [--full] [VENV_DIR]      (VENV_DIR default: ~/torch29)
 # Idempotent: rerunning it checks what is there and only adds what is missing. It ends by
 # printing the environment variables to export before `cargo build --features tch` and before
-# running the binaries.
+# running the binaries: those `export` lines are all it writes to stdout (pip's output and the
+# progress go to stderr), so `eval "$(scripts/setup-tch.sh)"` works.
 set -euo pipefail
 
 TORCH_VERSION=2.9.0
@@ -41,7 +42,7 @@ say() { echo "setup-tch: $*" >&2; }
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     say "creating venv $VENV with $($PYTHON --version 2>&1)"
-    "$PYTHON" -m venv "$VENV"
+    "$PYTHON" -m venv "$VENV" >&2
 else
     say "venv $VENV exists"
 fi
@@ -67,7 +68,7 @@ if [[ "$ROUTE" == lean ]]; then
         || "$(installed nvidia-cuda-cupti-cu12)" != "$CUDA_RT_VERSION" ]]; then
         say "installing torch==$TORCH_VERSION (no deps) + CUDA runtime/CUPTI $CUDA_RT_VERSION from PyPI (~900 MB download)"
         "$VPY" -m pip install --no-deps "torch==$TORCH_VERSION" \
-            "nvidia-cuda-runtime-cu12==$CUDA_RT_VERSION" "nvidia-cuda-cupti-cu12==$CUDA_RT_VERSION"
+            "nvidia-cuda-runtime-cu12==$CUDA_RT_VERSION" "nvidia-cuda-cupti-cu12==$CUDA_RT_VERSION" >&2
     else
         say "torch $TORCH_VERSION and its CUDA runtime wheels are installed"
     fi
@@ -96,7 +97,7 @@ else
     # A lean install has the right version but no dependencies: `import torch` tells them apart.
     if [[ "$have_torch" != "$TORCH_VERSION" ]] || ! "$VPY" -c 'import torch' 2>/dev/null; then
         say "installing torch==$TORCH_VERSION with all dependencies from PyPI (~3.8 GB)"
-        "$VPY" -m pip install "torch==$TORCH_VERSION"
+        "$VPY" -m pip install "torch==$TORCH_VERSION" >&2
     else
         say "torch $TORCH_VERSION is installed"
     fi

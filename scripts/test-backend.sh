@@ -31,7 +31,8 @@ step() { say "== $* ($(date -u +%H:%M:%S) UTC)"; }
 
 step "libtorch from PyPI"
 exports="$(scripts/setup-tch.sh "${TORCH_VENV:-$HOME/torch29}")"
-eval "$exports"
+# Only the `export` lines: anything else a pip configuration may print is not for the shell.
+eval "$(grep '^export ' <<<"$exports")"
 export LIBTORCH LD_LIBRARY_PATH
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR_TCH:-$PWD/target/tch}"
 
