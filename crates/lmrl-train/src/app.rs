@@ -23,6 +23,7 @@ use crate::device::select_device;
 use crate::error::{Result, TaskError, TrainError, chain};
 use crate::model::{LoadModel, ModelInfo};
 use crate::parallel::{RankContext, open_run_dir, run_ranks};
+use crate::provenance::{Provenance, this_commit};
 use crate::session::{RunDir, StopToken};
 use crate::settings::{CONFIG_FILE, Config, Resolved, RunArgs, resolve, to_toml};
 use crate::task::Task;
@@ -172,7 +173,8 @@ where
         }),
     })?;
     if let Some(dir) = &dir {
-        write_config(dir.path(), cfg)?;
+        note_other_code(resolved, args);
+        write_config(dir.path(), cfg, resolved)?;
     }
     let reference = base.valid();
     let llm2_device = llm2_plain.map(|plain| Llm2Device {
@@ -245,22 +247,38 @@ fn no_run_to_resume(args: &RunArgs, e: &TrainError) -> Option<String> {
     })
 }
 
-/// Writes `config.toml`, its first line a comment naming the code that made the run (the
-/// commit the crate was built from, when built from a git checkout); comments are not
-/// settings, so a resume reads the file as before.
-fn write_config<C: Config>(out: &Path, cfg: &C) -> Result<()> {
-    let text = format!("{}\n{}", source_line(), to_toml(cfg));
+/// Writes `config.toml`: the code that made the run (this binary, or for a resumed run the
+/// code that started it with this binary added to `resumed_by`) above the settings.
+fn write_config<C: Config>(out: &Path, cfg: &C, resolved: &Resolved<C>) -> Result<()> {
+    let made_by = match (&resolved.made_by, resolved.resume) {
+        (Some(earlier), true) => earlier.clone().resumed_here(),
+        (None, true) => Provenance::unknown().resumed_here(),
+        (_, false) => Provenance::this_build(),
+    };
+    let text = made_by.above(&to_toml(cfg));
     Ok(lmrl_runs::atomic_write(
         &out.join(CONFIG_FILE),
         text.as_bytes(),
     )?)
 }
 
-/// `# lmrl <version>, commit <sha>` (or `commit unknown` outside a git checkout).
-fn source_line() -> String {
-    let commit = match env!("LMRL_SOURCE_COMMIT") {
-        "" => "unknown",
-        c => c,
+/// Says so when the settings come from a run made by other code: the same settings need not
+/// give the same numbers there (kernels and float rounding change between commits).
+fn note_other_code<C>(resolved: &Resolved<C>, args: &RunArgs) {
+    let Some(made_by) = resolved.made_by.as_ref().filter(|p| !p.is_this_build()) else {
+        return;
     };
-    format!("# lmrl {}, commit {commit}", env!("CARGO_PKG_VERSION"))
+    let file = match (&args.config, resolved.resume) {
+        (_, true) => resolved.out.join(CONFIG_FILE),
+        (Some(f), false) => f.clone(),
+        (None, false) => return,
+    };
+    eprintln!(
+        "note: {} was made by lmrl {} at commit {}; this is commit {}: expect small numerical \
+         differences",
+        file.display(),
+        made_by.lmrl_version,
+        made_by.commit,
+        this_commit()
+    );
 }

@@ -35,6 +35,7 @@ mod model;
 pub mod mpi;
 pub mod parallel;
 mod process;
+mod provenance;
 mod rows;
 mod sections;
 mod session;
@@ -64,6 +65,7 @@ pub use process::{
     DEFAULT_HOST_MEMORY, HOST_MEMORY_VAR, LOG_VAR, ProcessSettings, WRITE_MODE_VAR, init_logger,
     init_process,
 };
+pub use provenance::{Provenance, this_commit};
 pub use rows::{cory_rows, metric_row, repetition};
 pub use sections::{Section, section, section_prefixed};
 pub use session::{
@@ -71,8 +73,8 @@ pub use session::{
 };
 pub use settings::{
     CONFIG_FILE, Config, MAX_INTEGER_SETTING, RESUMABLE, Resolved, RunArgs, RunSettings,
-    app_sections, checked_integers, read_config, resolve, resolve_with, to_toml, validate_learners,
-    with_defaults,
+    app_sections, checked_integers, read_config, read_provenance, resolve, resolve_with, to_toml,
+    validate_learners, with_defaults,
 };
 pub use streams::{DataOrder, iter_rng, mix, stream};
 pub use task::{Stage, Task};

@@ -20,6 +20,7 @@ use toml::{Table, Value};
 
 use crate::algorithms::{Algo, LearnerAlgo, LearnerSettings};
 use crate::error::{Result, TrainError, setting};
+use crate::provenance::Provenance;
 use crate::sections::{Section, section};
 
 /// `config.toml` of a run directory: the fully resolved settings, read back on resume.
@@ -257,6 +258,9 @@ pub struct Resolved<C> {
     pub config: C,
     pub out: PathBuf,
     pub resume: bool,
+    /// The code that made the `config.toml` the settings were read from (the resumed run's,
+    /// or `--config`'s when it is a run's), when it names one.
+    pub made_by: Option<Provenance>,
 }
 
 /// Shows the app's defaults in `--help` and makes every setting optional on the command line:
@@ -466,18 +470,19 @@ pub fn resolve_with<C: Config>(
             });
         }
         let file = dir.join(CONFIG_FILE);
-        let base = read_table(&file)?;
+        let (base, made_by) = read_table(&file)?;
         let merged = overlay(base, &|field| RESUMABLE.contains(&field));
         let config = finish::<C>(merged, &file)?;
         return Ok(Resolved {
             config,
             out: dir.clone(),
             resume: true,
+            made_by,
         });
     }
-    let file = match &args.config {
+    let (file, made_by) = match &args.config {
         Some(p) => read_table(p)?,
-        None => Table::new(),
+        None => (Table::new(), None),
     };
     let algo = file_algo(forced)
         .or_else(|| given_algo(&given, &cli))
@@ -500,6 +505,7 @@ pub fn resolve_with<C: Config>(
         config,
         out,
         resume: false,
+        made_by,
     })
 }
 
@@ -536,15 +542,20 @@ fn merge(base: &mut Table, top: Table) {
     }
 }
 
-fn read_table(path: &Path) -> Result<Table> {
+/// The settings of a `config.toml`, and the code that made it (which is not a setting).
+fn read_table(path: &Path) -> Result<(Table, Option<Provenance>)> {
     let text = std::fs::read_to_string(path).map_err(|source| TrainError::ReadConfig {
         path: path.to_path_buf(),
         source,
     })?;
-    text.parse::<Table>().map_err(|e| TrainError::ConfigSyntax {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+    let mut table = text
+        .parse::<Table>()
+        .map_err(|e| TrainError::ConfigSyntax {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let made_by = Provenance::take(&mut table, &text);
+    Ok((table, made_by))
 }
 
 fn finish<C: Config>(merged: Table, origin: &Path) -> Result<C> {
@@ -561,7 +572,12 @@ fn finish<C: Config>(merged: Table, origin: &Path) -> Result<C> {
 
 /// Reads a resolved `config.toml` (as a run directory holds it).
 pub fn read_config<C: Config>(path: &Path) -> Result<C> {
-    finish(read_table(path)?, path)
+    finish(read_table(path)?.0, path)
+}
+
+/// The code that made the run whose `config.toml` is `path` (`None` when it names none).
+pub fn read_provenance(path: &Path) -> Result<Option<Provenance>> {
+    Ok(read_table(path)?.1)
 }
 
 /// Writes the resolved settings as `config.toml` text.

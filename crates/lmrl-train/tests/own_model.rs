@@ -122,3 +122,56 @@ fn a_model_the_app_cannot_build_is_refused_before_a_run_directory_is_made() {
     assert!(e.to_string().contains("run.model"), "{e}");
     assert!(!out.exists());
 }
+
+#[test]
+fn a_run_names_the_code_that_made_it_and_its_config_reruns_it() {
+    use lmrl_train::{Provenance, read_provenance, this_commit};
+    let tmp = tempfile::tempdir().unwrap();
+    let (first, again) = (tmp.path().join("first"), tmp.path().join("again"));
+    let config = first.join("config.toml");
+    let iters = ["--iterations", "3", "--out"];
+    assert!(succeeded(run(&[
+        &["--algo", "ppo", "--seed", "7"][..],
+        &iters,
+        &[first.to_str().unwrap()]
+    ]
+    .concat())));
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "lmrl_version = \"{}\"\ncommit = \"{}\"\n",
+            env!("CARGO_PKG_VERSION"),
+            this_commit()
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        read_provenance(&config).unwrap(),
+        Some(Provenance::this_build())
+    );
+
+    // The committed file alone reruns the run: the keys are not taken for settings.
+    let c = config.to_str().unwrap();
+    assert!(succeeded(run(&[
+        &["--config", c][..],
+        &iters,
+        &[again.to_str().unwrap()]
+    ]
+    .concat())));
+    assert_eq!(rows(&first), rows(&again));
+
+    // Other code continuing a run is recorded, once, after the code that started it.
+    let elsewhere = text.replace(this_commit(), "0000000elsewhere");
+    std::fs::write(&config, elsewhere).unwrap();
+    for n in ["4", "5"] {
+        assert!(succeeded(run(&[
+            "--resume",
+            first.to_str().unwrap(),
+            "--iterations",
+            n
+        ])));
+    }
+    let p = read_provenance(&config).unwrap().unwrap();
+    assert_eq!(p.commit, "0000000elsewhere");
+    assert_eq!(p.resumed_by, [this_commit()]);
+}
