@@ -39,14 +39,17 @@ evaluate() {
         --data "$GSMS/$PHASE.jsonl" --out "$dir/gsms-$PHASE.jsonl" --csv "$dir/gsms-$PHASE.csv" > "$dir/gsms-$PHASE.log" 2>&1
 }
 
+# strip_text FILE DEST: a per-question file without the question text (its id stays).
+strip_text() {
+    python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); r.pop("question", None); print(json.dumps(r))' "$1" > "$2"
+}
+
 # keep DIR DEST: the evaluation files of DIR without question text.
 keep() {
     mkdir -p "$2"
-    for f in "$1"/*-"$PHASE".jsonl; do
-        python3 -c 'import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line); r.pop("question", None); print(json.dumps(r))' "$f" > "$2/$(basename "$f")"
-    done
+    for f in "$1"/*-"$PHASE".jsonl; do strip_text "$f" "$2/$(basename "$f")"; done
     cp "$1"/*-"$PHASE".csv "$2/"
 }
 
@@ -74,6 +77,9 @@ for arm in $ARMS; do
             evaluate "$run" "$run/eval-$copy" --agent "$copy"
             keep "$run/eval-$copy" "$DATA/$arm-$seed/eval-$copy"
         done
+        # The dev split's per-question files of the evaluations during training.
+        mkdir -p "$DATA/$arm-$seed/eval-dev"
+        for f in "$run"/eval-questions/*.jsonl; do strip_text "$f" "$DATA/$arm-$seed/eval-dev/$(basename "$f")"; done
         cp "$run"/{config.toml,metrics.csv,eval.csv,eval.md,summary.json} "$DATA/$arm-$seed/"
         grep -E "Elapsed|Maximum resident" "$run.log" > "$DATA/$arm-$seed/time.txt" || true
         # Keep only the evaluated (latest) checkpoint.

@@ -27,6 +27,8 @@ def main():
     data = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results/data/gsm8k-protocol/test")
     for cmp_file in sorted((data / "compare").glob("*-asdiv.json")):
         stem = cmp_file.name[: -len("-asdiv.json")]
+        if "-vs-" in stem:  # one arm against another, not against the base model
+            continue
         arm, copy = stem.rsplit("-", 1)
         print(f"**{arm.upper()}, {copy}**\n")
         print("| seed | " + " | ".join(f"{name}: pass@1 (base → after), only base / only after, McNemar p" for _, name in SETS) + " |")
