@@ -174,7 +174,7 @@ where
     })?;
     if let Some(dir) = &dir {
         note_other_code(resolved, args);
-        write_config(dir.path(), cfg, resolved)?;
+        write_config(dir.path(), resolved)?;
     }
     let reference = base.valid();
     let llm2_device = llm2_plain.map(|plain| Llm2Device {
@@ -249,13 +249,13 @@ fn no_run_to_resume(args: &RunArgs, e: &TrainError) -> Option<String> {
 
 /// Writes `config.toml`: the code that made the run (this binary, or for a resumed run the
 /// code that started it with this binary added to `resumed_by`) above the settings.
-fn write_config<C: Config>(out: &Path, cfg: &C, resolved: &Resolved<C>) -> Result<()> {
+fn write_config<C: Config>(out: &Path, resolved: &Resolved<C>) -> Result<()> {
     let made_by = match (&resolved.made_by, resolved.resume) {
         (Some(earlier), true) => earlier.clone().resumed_here(),
         (None, true) => Provenance::unknown().resumed_here(),
         (_, false) => Provenance::this_build(),
     };
-    let text = made_by.above(&to_toml(cfg));
+    let text = made_by.above(&to_toml(&resolved.config));
     Ok(lmrl_runs::atomic_write(
         &out.join(CONFIG_FILE),
         text.as_bytes(),
@@ -263,7 +263,7 @@ fn write_config<C: Config>(out: &Path, cfg: &C, resolved: &Resolved<C>) -> Resul
 }
 
 /// Says so when the settings come from a run made by other code: the same settings need not
-/// give the same numbers there (kernels and float rounding change between commits).
+/// give the same rows there (other kernels round differently and then sample other tokens).
 fn note_other_code<C>(resolved: &Resolved<C>, args: &RunArgs) {
     let Some(made_by) = resolved.made_by.as_ref().filter(|p| !p.is_this_build()) else {
         return;
@@ -274,8 +274,8 @@ fn note_other_code<C>(resolved: &Resolved<C>, args: &RunArgs) {
         (None, false) => return,
     };
     eprintln!(
-        "note: {} was made by lmrl {} at commit {}; this is commit {}: expect small numerical \
-         differences",
+        "note: {} was made by lmrl {} at commit {}; this is commit {}: its rows need not \
+         reproduce",
         file.display(),
         made_by.lmrl_version,
         made_by.commit,
